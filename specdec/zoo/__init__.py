@@ -1,0 +1,52 @@
+"""The bundled default model pair: a small Llama target and draft trained by this project.
+
+No model hub is reachable offline, so specdec trains and ships its own pair
+(see ``specdec/zoo/default/MODEL_CARD.md`` and ``python -m specdec.zoo.train``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DefaultModels", "default_model_dir", "load_default"]
+
+
+@dataclass(frozen=True)
+class DefaultModels:
+    """Target and draft share ``tokenizer``; both are float32 and in eval mode."""
+
+    target: Any
+    draft: Any
+    tokenizer: Any
+
+
+def default_model_dir() -> Path:
+    """Directory holding the shipped ``target/`` and ``draft/`` model folders."""
+    return Path(str(files("specdec.zoo"))) / "default"
+
+
+def load_default() -> DefaultModels:
+    """Load the shipped pair from the package's own files (never the network).
+
+    Weights are stored in bfloat16 to keep the package small and upcast to
+    float32 here, since CPU inference in bf16 is slow and less exact.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root = default_model_dir()
+    missing = [d for d in ("target", "draft") if not (root / d / "model.safetensors").is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"specdec's default model weights are missing ({', '.join(missing)} under {root}); "
+            "reinstall specdec or rebuild them with `python -m specdec.zoo.train` and `python -m specdec.zoo.export`."
+        )
+    models = []
+    for name in ("target", "draft"):
+        model = AutoModelForCausalLM.from_pretrained(root / name, dtype=torch.float32, local_files_only=True)
+        models.append(model.eval())
+    tokenizer = AutoTokenizer.from_pretrained(root / "target", local_files_only=True)
+    return DefaultModels(target=models[0], draft=models[1], tokenizer=tokenizer)

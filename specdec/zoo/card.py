@@ -1,0 +1,123 @@
+"""Render MODEL_CARD.md from recipe.json (training) and eval.json (evaluation).
+
+Keeping the card generated means its numbers cannot drift from the scripts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specdec.zoo.corpus import GSM8K_HELDOUT_LINES
+
+
+def _fmt_s(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def _model_row(name: str, recipe: dict, ev: dict) -> str:
+    m = recipe["models"][name]
+    c = m["config"]["model"]
+    shape = f"{c['num_hidden_layers']} layers, hidden {c['hidden_size']}, {c['num_attention_heads']} heads, MLP {c['intermediate_size']}"
+    return (
+        f"| {name} | {shape} | {ev['params'][name]:,} | {ev['per_token_macs'][name]:,} | "
+        f"{m['tokens_seen']:,} ({m['steps_done']} steps) | {_fmt_s(m['train_time_s'])} | "
+        f"{m['final_train_loss_mean_last_20']:.3f} |"
+    )
+
+
+def render(recipe: dict, ev: dict) -> str:
+    man = recipe["manifest"]
+    o = ev["overall"]
+    lines = [
+        "# specdec default model pair",
+        "",
+        "A small Llama target and a 2-layer Llama draft, trained from scratch on this project's",
+        "offline corpus by `python -m specdec.zoo.train` on a 2-core CPU. They exist so that",
+        "speculative decoding can be demonstrated and benchmarked on something that behaves like a",
+        "language model with no network. They are tiny: expect plausible-looking Python and",
+        "GSM8K-style prose, not correct programs or answers.",
+        "",
+        "Load with `specdec.zoo.load_default()` (float32, eval mode; weights are stored in bfloat16).",
+        "Every number below is written by `python -m specdec.zoo.evaluate` from `recipe.json`",
+        "(training) and `eval.json` (evaluation) in this folder.",
+        "",
+        "## Models",
+        "",
+        "| model | shape | parameters (tied embeddings) | matmul MACs / token (incl. LM head) | tokens seen | training time (2 CPU cores) | final training loss (mean of last 20 steps) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        _model_row("target", recipe, ev),
+        _model_row("draft", recipe, ev),
+        "",
+        f"Draft / target per-token compute: **{ev['compute_ratio']:.3f}** (weight matmuls including the",
+        "LM head; the context-dependent attention-score term is left out).",
+        "",
+        f"Tokenizer: byte-level BPE, vocabulary {ev['uniform_ppl']}, `<|endoftext|>` as bos/eos/pad, trained on the",
+        "training split only; shared by both models. Context length 1024 (trained on 256-token blocks).",
+        "Training: AdamW (betas 0.9/0.95, weight decay 0.1), cosine schedule with warm-up to 10% of peak,",
+        "fp32, batch 16 x 256 tokens, seed 0. Both models are plain next-token LMs on the same corpus.",
+        "",
+        "## Corpus",
+        "",
+        f"- Python {man['python']} standard library `*.py` files: {man['stdlib_files']} files,",
+        f"  {man['stdlib_bytes']:,} bytes, sorted file-list sha256 `{man['stdlib_file_list_sha256']}`.",
+        f"  Directories named {', '.join(f'`{d}`' for d in man['excluded_dirs'])} and `test_*.py` files are skipped.",
+        f"- `shared/data/gsm8k/train.jsonl` (question + answer): {man['gsm8k_lines']} lines, {man['gsm8k_bytes']:,} bytes.",
+        "  Never read: spec_bench, humaneval, gsm8k test.",
+        f"- Content sha256 over everything read: `{man['content_sha256']}`.",
+        f"- Training split: {man['train_docs']} documents, {man['train_tokens']:,} tokens per epoch.",
+        "",
+        "## Held-out set",
+        "",
+        f"- Stdlib modules never trained on: {', '.join(f'`{m}`' for m in man['heldout_modules'])}",
+        f"  ({len(man['heldout_stdlib_files'])} files).",
+        f"- The last {GSM8K_HELDOUT_LINES} lines of gsm8k/train.jsonl ({man['heldout_gsm8k_lines']}).",
+        f"- Scored in {ev['seq_len']}-token blocks, teacher-forced, at most {ev['max_tokens_per_split']:,} tokens per split.",
+        "",
+        "## Held-out results",
+        "",
+        "| split | tokens | target loss | target ppl | draft loss | draft ppl | greedy agreement |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, r in list(ev["splits"].items()) + [("all", o)]:
+        lines.append(
+            f"| {name} | {r['tokens']:,} | {r['target_loss']:.3f} | {r['target_ppl']:.2f} | "
+            f"{r['draft_loss']:.3f} | {r['draft_ppl']:.2f} | {r['greedy_agreement']:.3f} |"
+        )
+    lines += [
+        "",
+        f"A uniform model over the vocabulary has perplexity {ev['uniform_ppl']}. Greedy agreement is the",
+        "fraction of held-out positions where the draft's argmax equals the target's under teacher forcing.",
+    ]
+    if "fp32_target_code_loss" in ev:
+        lines += [
+            f"bfloat16 rounding check: the unrounded fp32 target scores {ev['fp32_target_code_loss']:.4f} on held-out",
+            f"code vs {ev['splits']['code']['target_loss']:.4f} for the shipped bf16 weights (both run in float32).",
+        ]
+    lines += ["", "## Greedy samples (unedited, held-out prompts, 64 new tokens)", ""]
+    for i, s in enumerate(ev["samples"], 1):
+        for who in ("target", "draft"):
+            lines += [f"### Sample {i}, {who}", "", "```", s["prompt"] + s[who], "```", ""]
+    lines += [
+        "## Reproduce",
+        "",
+        "```",
+        "python -m specdec.zoo.tokenizer --out runs/tokenizer",
+        f"python -m specdec.zoo.train target --steps {recipe['models']['target']['steps_planned']}",
+        f"python -m specdec.zoo.train draft --steps {recipe['models']['draft']['steps_planned']}",
+        "python -m specdec.zoo.export",
+        "python -m specdec.zoo.evaluate --fp32-runs runs",
+        "```",
+        "",
+        "Training resumes from `runs/<preset>/ckpt.pt` when re-run; the loss curve is in `runs/<preset>/loss.json`.",
+        f"Evaluation took {ev['eval_time_s']:.0f} s.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_card(root: Path, ev: dict) -> Path:
+    recipe = json.loads((root / "recipe.json").read_text())
+    path = root / "MODEL_CARD.md"
+    path.write_text(render(recipe, ev))
+    return path

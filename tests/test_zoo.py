@@ -1,0 +1,97 @@
+"""The bundled default model pair and its training recipe."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import torch
+
+import specdec.zoo as zoo
+from specdec.zoo.train import PRESETS, per_token_macs, train
+
+
+@pytest.fixture(scope="module")
+def models() -> zoo.DefaultModels:
+    return zoo.load_default()
+
+
+def test_pair_shapes_and_vocab_agree(models):
+    t, d, tok = models.target, models.draft, models.tokenizer
+    assert t.config.vocab_size == d.config.vocab_size == len(tok) == 8192
+    assert t.config.num_hidden_layers >= 8
+    assert t.config.max_position_embeddings >= 1024
+    assert t.config.eos_token_id == d.config.eos_token_id == tok.eos_token_id
+    for m in (t, d):
+        assert not m.training
+        assert next(m.parameters()).dtype == torch.float32
+    ids = tok("x = 1\n", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert t(ids).logits.shape == d(ids).logits.shape == (1, ids.shape[1], len(tok))
+
+
+def test_draft_is_at_most_a_fifth_of_target_compute(models):
+    assert per_token_macs(models.draft.config) * 5 <= per_token_macs(models.target.config)
+    assert 15e6 <= models.target.num_parameters() <= 30e6
+
+
+def test_shipped_size_under_60mb():
+    total = sum(p.stat().st_size for p in zoo.default_model_dir().rglob("*") if p.is_file())
+    assert total < 60 * 2**20
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'def f(a, b=2):\n    """Doc."""\n\tif a:\n        return  b\n\n\n# ünïcode — ok\n',
+        "Question: Tom has 3 apples.\nAnswer: 3 * 2 = <<3*2=6>>6\n#### 6",
+        "   leading spaces and trailing   \n\n",
+    ],
+)
+def test_tokenizer_round_trip(models, text):
+    tok = models.tokenizer
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids, clean_up_tokenization_spaces=False) == text
+
+
+def test_greedy_generation_is_deterministic_and_pythonic(models):
+    tok = models.tokenizer
+    ids = tok("def parse_args(", return_tensors="pt").input_ids
+    outs = [
+        models.target.generate(ids, do_sample=False, max_new_tokens=32, pad_token_id=tok.eos_token_id)
+        for _ in range(2)
+    ]
+    assert torch.equal(outs[0], outs[1])
+    text = tok.decode(outs[0][0, ids.shape[1] :])
+    assert re.search(r"[A-Za-z_]\w*", text) and (")" in text or ":" in text or "," in text)
+    draft_outs = [
+        models.draft.generate(ids, do_sample=False, max_new_tokens=16, pad_token_id=tok.eos_token_id)
+        for _ in range(2)
+    ]
+    assert torch.equal(draft_outs[0], draft_outs[1])
+
+
+def _losses(log: list[dict]) -> list[float]:
+    return [row["loss"] for row in log]
+
+
+def test_recipe_is_reproducible_and_resumable(tmp_path):
+    cfg = dataclasses.replace(PRESETS["tiny"], steps=24, ckpt_every=6)
+    first = train(cfg, tmp_path / "a", progress=False)
+    second = train(cfg, tmp_path / "b", progress=False)
+    assert len(first) == 24
+    assert _losses(first) == _losses(second)
+    assert first[-1]["loss"] < first[0]["loss"]
+
+    partial = train(cfg, tmp_path / "c", stop_at=12, progress=False)
+    assert _losses(partial) == _losses(first)[:12]
+    resumed = train(cfg, tmp_path / "c", progress=False)
+    assert _losses(resumed) == _losses(first)
+    assert (tmp_path / "c" / "final" / "model.safetensors").is_file()
+
+
+def test_missing_weights_raise_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(zoo, "default_model_dir", lambda: tmp_path)
+    with pytest.raises(FileNotFoundError, match="default model weights are missing"):
+        zoo.load_default()
