@@ -1,0 +1,1 @@
+"""Built-in drafters, installed as `specdec.drafters` and registered through entry points."""

@@ -1,0 +1,1 @@
+"""Layer-skip self-speculation (Draft & Verify): Bayesian-optimised skip sets, adaptive draft exiting."""

@@ -1,0 +1,180 @@
+"""`specdec.generate`: the public entry point. Normalises inputs, validates everything that can be
+validated before model work, then hands one batch to the engine."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel
+
+from . import registry
+from .engine import EngineConfig, SpeculativeEngine
+from .model_support import check_model_supported
+from .plugins import Drafter, Verifier
+from .sampling import SamplingParams
+from .stats import GenerationStats
+from .target import context_length, model_device
+
+PromptLike = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]] | torch.Tensor
+
+
+@dataclass
+class GenerationOutput:
+    sequences: list[list[int]]  # new token ids only, one list per row
+    text: list[str] | None
+    stats: GenerationStats
+    verifier_lossless: bool
+    finish_reasons: list[str] = field(default_factory=list)
+    drafter: str = ""
+    verifier: str = ""
+
+
+def load_model(model: Any, tokenizer: Any | None = None) -> tuple[Any, Any | None]:
+    """Accept a model instance, a local directory, or "default" (the bundled model pair)."""
+    if isinstance(model, (str, os.PathLike)):
+        if str(model) == "default":
+            from .zoo import load_default
+
+            pair = load_default()
+            return pair.target, tokenizer if tokenizer is not None else pair.tokenizer
+        path = Path(model)
+        if not path.is_dir():
+            raise FileNotFoundError(f"model path {str(path)!r} is not a local directory (specdec never downloads)")
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        loaded = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        loaded.eval()
+        if tokenizer is None and any(path.glob("tokenizer*")):
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        return loaded, tokenizer
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise TypeError(f"model must be a transformers causal LM or a local path, got {type(model).__name__}")
+    return model, tokenizer
+
+
+def normalize_prompts(prompt: PromptLike, tokenizer: Any | None) -> list[list[int]]:
+    """Turn every accepted prompt form into a list of token-id lists (one per row)."""
+    if isinstance(prompt, torch.Tensor):
+        if prompt.dtype not in (torch.long, torch.int, torch.int32, torch.int16):
+            raise TypeError(f"a tensor prompt must hold integer token ids, got {prompt.dtype}")
+        rows = [prompt.tolist()] if prompt.dim() == 1 else prompt.tolist()
+    elif isinstance(prompt, str):
+        rows = [_encode(prompt, tokenizer)]
+    elif isinstance(prompt, Sequence) and len(prompt) > 0 and all(isinstance(p, str) for p in prompt):
+        rows = [_encode(p, tokenizer) for p in prompt]
+    elif isinstance(prompt, Sequence) and len(prompt) > 0 and all(isinstance(p, int) for p in prompt):
+        rows = [list(prompt)]
+    elif isinstance(prompt, Sequence) and len(prompt) > 0 and all(isinstance(p, (list, tuple)) for p in prompt):
+        rows = [list(p) for p in prompt]
+    elif isinstance(prompt, Sequence) and len(prompt) == 0:
+        raise ValueError("the prompt is empty")
+    else:
+        raise TypeError("prompt must be a string, a list of strings, a list of token ids, a list of lists of "
+                        f"token ids or a LongTensor [B, T]; got {type(prompt).__name__}")
+    for index, row in enumerate(rows):
+        if len(row) == 0:
+            raise ValueError(f"prompt row {index} is empty: give at least one token")
+        if not all(isinstance(t, int) for t in row):
+            raise TypeError(f"prompt row {index} must contain integer token ids")
+    return rows
+
+
+def _encode(text: str, tokenizer: Any | None) -> list[int]:
+    if tokenizer is None:
+        raise ValueError("a text prompt needs a tokenizer: pass tokenizer=..., or a model path with a tokenizer "
+                         "beside it, or token ids")
+    return list(tokenizer(text)["input_ids"])
+
+
+def _eos_ids(model: Any, eos_token_id: int | Sequence[int] | None) -> frozenset[int]:
+    if eos_token_id is None:  # same default as transformers' generate: the generation config's eos
+        config = getattr(model, "generation_config", None) or model.config
+        eos_token_id = getattr(config, "eos_token_id", None)
+    if eos_token_id is None:
+        return frozenset()
+    if isinstance(eos_token_id, int):
+        return frozenset([eos_token_id])
+    return frozenset(int(t) for t in eos_token_id)
+
+
+def resolve_drafter(drafter: str | Drafter | None, options: dict | BaseModel | None) -> Drafter:
+    if drafter is None:
+        drafter = "none"
+    if isinstance(drafter, Drafter):
+        if options:
+            raise ValueError("drafter_options are only used with a drafter name; configure the instance instead")
+        return drafter
+    if not isinstance(drafter, str):
+        raise TypeError(f"drafter must be a registered name or a specdec.Drafter, got {type(drafter).__name__}")
+    return registry.create("drafter", drafter, options)
+
+
+def resolve_verifier(verifier: str | Verifier, options: dict | BaseModel | None, sampling: SamplingParams) -> Verifier:
+    if isinstance(verifier, Verifier):
+        if options:
+            raise ValueError("verifier_options are only used with a verifier name; configure the instance instead")
+        return verifier
+    if not isinstance(verifier, str):
+        raise TypeError(f"verifier must be a registered name or a specdec.Verifier, got {type(verifier).__name__}")
+    if verifier == "auto":
+        verifier = "exact" if sampling.greedy else "rejection"
+    return registry.create("verifier", verifier, options)
+
+
+def generate(
+    model: Any,
+    prompt: PromptLike,
+    *,
+    tokenizer: Any | None = None,
+    drafter: str | Drafter | None = "anpd",
+    verifier: str | Verifier = "auto",
+    drafter_options: dict | BaseModel | None = None,
+    verifier_options: dict | BaseModel | None = None,
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    stop: str | Sequence[str] | None = None,
+    streamer: Any | None = None,
+    max_draft_nodes: int = 256,
+) -> GenerationOutput:
+    """Generate with speculative decoding. See the README for the accepted forms of each argument."""
+    if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    # Plugins are resolved (and their options validated) before any model work.
+    drafter_obj = resolve_drafter(drafter, drafter_options)
+    verifier_obj = resolve_verifier(verifier, verifier_options, sampling)
+    model, tokenizer = load_model(model, tokenizer)
+    prompts = normalize_prompts(prompt, tokenizer)
+    ctx = context_length(model)
+    for index, row in enumerate(prompts):
+        if ctx is not None and len(row) >= ctx:
+            raise ValueError(f"prompt row {index} has {len(row)} tokens; the model's context is {ctx}, "
+                             "which leaves no room to generate")
+    if streamer is not None and len(prompts) != 1:
+        raise ValueError("a streamer works with a single prompt (batch size 1), as in transformers")
+    stop_strings = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    check_model_supported(model)
+    device = model_device(model)
+    generator = torch.Generator(device=device)
+    if seed is not None:
+        generator.manual_seed(seed)
+    else:
+        generator.seed()
+    config = EngineConfig(max_new_tokens=max_new_tokens, sampling=sampling, eos_token_ids=_eos_ids(model, eos_token_id),
+                          stop_strings=stop_strings, max_draft_nodes=max_draft_nodes)
+    engine = SpeculativeEngine(model, drafter_obj, verifier_obj, config, tokenizer=tokenizer, streamer=streamer,
+                               generator=generator)
+    results, stats = engine.generate(prompts)
+    sequences = [r.tokens for r in results]
+    text = [tokenizer.decode(s, skip_special_tokens=True) for s in sequences] if tokenizer is not None else None
+    return GenerationOutput(sequences, text, stats, verifier_obj.lossless, [r.finish_reason for r in results],
+                            drafter_obj.name, verifier_obj.name)

@@ -1,0 +1,270 @@
+"""The guess-and-verify loop. It owns the target forward, the KV cache and stopping; drafters and
+verifiers are reached only through `specdec.plugins`.
+
+    prefill(prompt[:-1])
+    while rows remain:
+        draft   = drafter.propose(state)                     # token tree per row (+ extra slots)
+        logits  = target([last token] + nodes + extras, tree mask, positions)
+        verdict = verifier.verify(draft, logits, sampling, rng)
+        commit accepted path + bonus, compact KV, apply stops
+        drafter.observe(state, draft, verdict, committed, extra logits)
+
+The last committed token of each row (the root) is never in the cache before a step: it is the
+first input of the next verification forward, so prefill, drafting and verification share one shape.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .draft import Draft, ExtraSlots, Verdict
+from .errors import DrafterError, VerifierError
+from .plugins import DecodeState, Drafter, GenerationContext, Verifier
+from .sampling import SamplingParams
+from .stats import GenerationStats
+from .stopping import StopChecker
+from .target import TargetRunner, context_length, model_device
+from .validation import prune_draft, validate_draft, validate_verdict
+
+
+@dataclass
+class EngineConfig:
+    max_new_tokens: int
+    sampling: SamplingParams
+    eos_token_ids: frozenset[int] = frozenset()
+    stop_strings: tuple[str, ...] = ()
+    max_draft_nodes: int = 256
+
+
+@dataclass
+class RowResult:
+    tokens: list[int] = field(default_factory=list)
+    finish_reason: str = "length"
+
+
+def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """From input-index parents [B, T] (parent < t; the root, t = 0, is its own parent) build
+    depths [B, T] and visibility [B, T, T] (ancestor-or-self). One iteration per tree level."""
+    batch, steps = parents.shape
+    eye = torch.eye(steps, dtype=torch.bool).expand(batch, steps, steps)
+    visible = eye.clone()
+    depth = torch.zeros(batch, steps, dtype=torch.long)
+    is_root = torch.arange(steps)[None, :] == 0
+    gather_rows = parents[:, :, None].expand(batch, steps, steps)
+    for _ in range(steps):
+        new_depth = torch.where(is_root, 0, depth.gather(1, parents) + 1)
+        new_visible = eye | visible.gather(1, gather_rows)
+        if torch.equal(new_depth, depth) and torch.equal(new_visible, visible):
+            break
+        depth, visible = new_depth, new_visible
+    return depth, visible
+
+
+class SpeculativeEngine:
+    """Runs one batch of prompts to completion with one drafter and one verifier."""
+
+    def __init__(
+        self,
+        model: Any,
+        drafter: Drafter,
+        verifier: Verifier,
+        config: EngineConfig,
+        tokenizer: Any | None = None,
+        streamer: Any | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self.model = model
+        self.drafter = drafter
+        self.verifier = verifier
+        self.config = config
+        self.tokenizer = tokenizer
+        self.streamer = streamer
+        self.device = model_device(model)
+        self.generator = generator if generator is not None else torch.Generator(device=self.device)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() \
+            is not None else int(model.config.vocab_size)
+
+    def _drafter_call(self, what: str, fn, *args):
+        try:
+            return fn(*args)
+        except DrafterError:
+            raise
+        except Exception as error:  # a plugin's bug is reported by the plugin's name
+            raise DrafterError(f"drafter {self.drafter.name!r} raised in {what}: {error!r}") from error
+
+    def generate(self, prompts: list[list[int]]) -> tuple[list[RowResult], GenerationStats]:
+        config = self.config
+        stats = GenerationStats()
+        batch = len(prompts)
+        ctx = context_length(self.model)
+        budgets = []
+        results = [RowResult() for _ in prompts]
+        for row, prompt in enumerate(prompts):
+            budget = config.max_new_tokens
+            if ctx is not None and len(prompt) + budget > ctx:
+                budget = ctx - len(prompt)
+                results[row].finish_reason = "context_length"
+            budgets.append(budget)
+
+        started = time.perf_counter()
+        longest = max(len(p) for p in prompts)
+        capacity = longest + max(budgets) + config.max_draft_nodes + 2
+        target = TargetRunner(self.model, batch, capacity)
+        prefill_ids = torch.zeros(batch, max(longest - 1, 0), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            prefill_ids[row, : len(prompt) - 1] = torch.as_tensor(prompt[:-1], dtype=torch.long)
+            if prompt:
+                prefill_ids[row, len(prompt) - 1 :] = prompt[-1]
+        target.prefill(prefill_ids, torch.tensor([len(p) - 1 for p in prompts]))
+        if self.streamer is not None:
+            self.streamer.put(torch.tensor([prompts[0]], dtype=torch.long))
+
+        sequences = [list(p) for p in prompts]
+        row_ids = list(range(batch))
+        stoppers = [StopChecker(config.eos_token_ids, config.stop_strings, self.tokenizer) for _ in prompts]
+        context = GenerationContext(
+            model=self.model, tokenizer=self.tokenizer, sampling=config.sampling, generator=self.generator,
+            prompts=[list(p) for p in prompts], max_new_tokens=config.max_new_tokens,
+            vocab_size=self.vocab_size, device=self.device, max_draft_nodes=config.max_draft_nodes,
+        )
+        stats.prefill_time = time.perf_counter() - started
+        try:
+            self._drafter_call("setup", self.drafter.setup, context)
+            active = [row for row in row_ids if budgets[row] > 0]
+            if len(active) < batch:
+                target.select_rows(torch.tensor(active, dtype=torch.long))
+            step = 0
+            while active:
+                state = DecodeState(
+                    row_ids=list(active),
+                    sequences=[sequences[row] for row in active],
+                    max_depth=torch.tensor([budgets[row] - len(results[row].tokens) - 1 for row in active]),
+                    sampling=config.sampling, generator=self.generator, target=target, step=step,
+                )
+                finished = self._step(state, target, sequences, results, stoppers, budgets, stats)
+                step += 1
+                if finished:
+                    keep = [i for i, row in enumerate(active) if row not in finished]
+                    active = [active[i] for i in keep]
+                    if active:
+                        target.select_rows(torch.tensor(keep, dtype=torch.long))
+        finally:
+            stats.kv_cache_bytes = target.cache.memory_bytes()
+            target.release()
+            self.drafter.finish()
+            if self.streamer is not None:
+                self.streamer.end()
+        return results, stats
+
+    def _step(
+        self,
+        state: DecodeState,
+        target: TargetRunner,
+        sequences: list[list[int]],
+        results: list[RowResult],
+        stoppers: list,
+        budgets: list[int],
+        stats: GenerationStats,
+    ) -> set[int]:
+        t0 = time.perf_counter()
+        batch = state.batch_size
+        draft = self._drafter_call("propose", self.drafter.propose, state)
+        draft = validate_draft(draft, self.drafter.name, batch, self.vocab_size, self.config.max_draft_nodes,
+                               self.device)
+        ctx = context_length(self.model)
+        extra_limit = None if ctx is None else torch.tensor(ctx - 1) - target.lengths
+        draft = prune_draft(draft, state.max_depth, extra_limit)
+        t1 = time.perf_counter()
+
+        # Inputs: [root, nodes (N), extras (E)]; parents in input indices (root = 0 = its own parent).
+        width = draft.width
+        roots = torch.tensor([[seq[-1]] for seq in state.sequences], dtype=torch.long)
+        node_mask = draft.node_mask().cpu()
+        node_parents = torch.where(node_mask, draft.parents.cpu() + 1, 0)
+        tokens = torch.cat([roots, torch.where(node_mask, draft.tokens.cpu(), roots)], dim=1)
+        parents = torch.cat([torch.zeros(batch, 1, dtype=torch.long), node_parents], dim=1)
+        extra: ExtraSlots | None = draft.extra
+        if extra is not None and extra.embeds.shape[1]:
+            extra_mask = torch.arange(extra.embeds.shape[1])[None, :] < extra.num_slots.cpu()[:, None]
+            extra_parents = torch.where(extra_mask, extra.parents.cpu() + 1, 0)
+            parents = torch.cat([parents, extra_parents], dim=1)
+            roots_ext = roots.expand(batch, extra.embeds.shape[1])
+            input_ids = torch.cat([tokens, roots_ext], dim=1)
+        else:
+            extra = None
+            input_ids = tokens
+        depths, visible = tree_layout(parents)
+        if extra is None:
+            logits = target.verify_forward(input_ids, depths, visible)
+        else:
+            logits = target.verify_forward(tokens, depths, visible, extra.embeds)
+        del input_ids
+        t2 = time.perf_counter()
+
+        try:
+            verdict = self.verifier.verify(draft, logits[:, : 1 + width], state.sampling, self.generator)
+        except VerifierError:
+            raise
+        except Exception as error:
+            raise VerifierError(f"verifier {self.verifier.name!r} raised: {error!r}") from error
+        verdict = validate_verdict(verdict, draft, self.verifier.name)
+        t3 = time.perf_counter()
+
+        finished, committed = self._commit(state, draft, verdict, target, sequences, results, stoppers, budgets,
+                                           stats)
+        extra_logits = logits[:, 1 + width :] if extra is not None else None
+        self._drafter_call("observe", self.drafter.observe, state, draft, verdict, committed, extra_logits)
+        t4 = time.perf_counter()
+
+        stats.batch_steps += 1
+        stats.steps += batch
+        stats.drafted_per_step.append(int(draft.num_nodes.sum()))
+        stats.accepted_per_step.append(int(verdict.num_accepted.sum()))
+        depth_of_nodes = depths[:, 1 : 1 + width] * node_mask
+        stats.record_depths(verdict.num_accepted.tolist(),
+                            depth_of_nodes.max(dim=1).values.tolist() if width else [0] * batch)
+        stats.draft_time += t1 - t0
+        stats.verify_time += t2 - t1
+        stats.other_time += (t3 - t2) + (t4 - t3)
+        return finished
+
+    def _commit(
+        self,
+        state: DecodeState,
+        draft: Draft,
+        verdict: Verdict,
+        target: TargetRunner,
+        sequences: list[list[int]],
+        results: list[RowResult],
+        stoppers: list,
+        budgets: list[int],
+        stats: GenerationStats,
+    ) -> tuple[set[int], list[list[int]]]:
+        """Append accepted tokens and the bonus per row, stop rows that hit eos/stop/budget, and
+        compact the KV cache to the accepted path."""
+        accepted_tokens = verdict.accepted_tokens(draft).cpu().tolist()
+        counts = verdict.num_accepted.cpu().tolist()
+        bonus = verdict.bonus.cpu().tolist()
+        finished: set[int] = set()
+        committed: list[list[int]] = []
+        for b, row in enumerate(state.row_ids):
+            new = accepted_tokens[b][: counts[b]] + [bonus[b]]
+            room = budgets[row] - len(results[row].tokens)
+            kept, reason = stoppers[row].scan(results[row].tokens, new[:room])
+            if reason is None and len(results[row].tokens) + len(kept) >= budgets[row]:
+                reason = results[row].finish_reason  # "length" or "context_length"
+            results[row].tokens.extend(kept)
+            sequences[row].extend(kept)
+            committed.append(kept)
+            stats.new_tokens += len(kept)
+            if reason is not None:
+                results[row].finish_reason = reason
+                finished.add(row)
+            if self.streamer is not None and kept:
+                self.streamer.put(torch.tensor(kept, dtype=torch.long))
+        target.commit((verdict.accepted + 1).cpu().clamp(min=0), verdict.num_accepted.cpu())
+        return finished, committed

@@ -1,0 +1,126 @@
+"""A KV cache with one length per row: the unpadded cache of EMS-SD, used for batch 1 too.
+
+Each layer keeps preallocated [B, H, capacity, D] buffers. A forward writes token t of row b at
+slot `start[b] + t` and reads slots [0, attend_len); the engine's 4-D mask limits row b to its own
+committed prefix plus the visible new tokens. Slot index equals position, so there are no holes:
+rejected drafts are simply left beyond the row's length and overwritten by the next step.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+
+class _WritePlan:
+    """Where the current forward writes and how far it reads; shared by all layers of one cache."""
+
+    def __init__(self) -> None:
+        self.start = torch.zeros(0, dtype=torch.long)  # [B] first slot written per row
+        self.uniform_start: int | None = 0  # set when every row starts at the same slot
+        self.attend_len = 0
+
+
+class RaggedLayer(CacheLayerMixin):
+    is_compileable = False
+    is_croppable = False
+    is_sliding = False
+
+    def __init__(self, plan: _WritePlan, capacity: int) -> None:
+        super().__init__()
+        self.plan = plan
+        self.capacity = capacity
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        batch, heads, _, _ = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = key_states.new_zeros(batch, heads, self.capacity, key_states.shape[-1])
+        self.values = value_states.new_zeros(batch, value_states.shape[1], self.capacity, value_states.shape[-1])
+        self.is_initialized = True
+
+    def _grow(self, needed: int) -> None:
+        new_capacity = max(needed, 2 * self.capacity)
+        pad = new_capacity - self.keys.shape[2]
+        self.keys = torch.nn.functional.pad(self.keys, (0, 0, 0, pad))
+        self.values = torch.nn.functional.pad(self.values, (0, 0, 0, pad))
+        self.capacity = new_capacity
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        plan = self.plan
+        steps = key_states.shape[2]
+        if plan.attend_len > self.keys.shape[2]:
+            self._grow(plan.attend_len)
+        if plan.uniform_start is not None:
+            start = plan.uniform_start
+            self.keys[:, :, start : start + steps] = key_states
+            self.values[:, :, start : start + steps] = value_states
+        else:
+            slots = plan.start.to(self.device)[:, None] + torch.arange(steps, device=self.device)[None, :]
+            rows = torch.arange(slots.shape[0], device=self.device)[:, None]
+            self.keys[rows, :, slots] = key_states.transpose(1, 2)
+            self.values[rows, :, slots] = value_states.transpose(1, 2)
+        return self.keys[:, :, : plan.attend_len], self.values[:, :, : plan.attend_len]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.plan.attend_len, 0
+
+    def get_seq_length(self) -> int:
+        return int(self.plan.start.max()) if self.plan.start.numel() else 0
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def move(self, rows: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy slots src -> dst of the given rows ([M] rows, [M, A] slots)."""
+        if not self.is_initialized:
+            return
+        rows = rows.to(self.device)[:, None]
+        src, dst = src.to(self.device), dst.to(self.device)
+        self.keys[rows, :, dst] = self.keys[rows, :, src].clone()
+        self.values[rows, :, dst] = self.values[rows, :, src].clone()
+
+    def select_rows(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            indices = indices.to(self.device)
+            self.keys = self.keys.index_select(0, indices)
+            self.values = self.values.index_select(0, indices)
+
+
+class RaggedKVCache(Cache):
+    """A transformers `Cache` whose rows grow independently; see the module docstring."""
+
+    def __init__(self, num_layers: int, capacity: int) -> None:
+        self.plan = _WritePlan()
+        super().__init__(layers=[RaggedLayer(self.plan, capacity) for _ in range(num_layers)])
+
+    def set_plan(self, start: torch.Tensor, steps: int) -> None:
+        """Prepare the next forward: row b writes `steps` tokens from slot start[b]."""
+        start = start.long()
+        first = int(start[0]) if start.numel() else 0
+        self.plan.start = start
+        self.plan.uniform_start = first if bool((start == first).all()) else None
+        self.plan.attend_len = (int(start.max()) if start.numel() else 0) + steps
+
+    def move(self, rows: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.move(rows, src, dst)
+
+    def select_rows(self, indices: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.select_rows(indices)
+        if self.plan.start.numel():
+            self.plan.start = self.plan.start.index_select(0, indices.to(self.plan.start.device))
+
+    def release(self) -> None:
+        for layer in self.layers:
+            layer.keys = layer.values = None
+            layer.is_initialized = False
+
+    def memory_bytes(self) -> int:
+        total = 0
+        for layer in self.layers:
+            if layer.is_initialized:
+                total += layer.keys.numel() * layer.keys.element_size() * 2
+        return total

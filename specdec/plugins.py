@@ -1,0 +1,123 @@
+"""The two plug-in points. The engine only ever talks to these classes, never to a concrete one.
+
+A drafter owns how guesses are made; a verifier owns which guesses are kept. Each declares a
+pydantic `Options` model, validated before any model work, and a one-line `description`.
+See docs/plugins.md for the full contract and a worked third-party example.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from .draft import Draft, Verdict
+from .sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from .target import TargetRunner
+
+
+class NoOptions(BaseModel):
+    """Options model of a plugin that takes none: any key is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class GenerationContext:
+    """What a drafter learns once per `generate` call, before the first step."""
+
+    model: Any  # the target transformers model
+    tokenizer: Any | None
+    sampling: SamplingParams
+    generator: torch.Generator
+    prompts: list[list[int]]  # prompt token ids per row
+    max_new_tokens: int
+    vocab_size: int  # size of the target's output distribution
+    device: torch.device
+    max_draft_nodes: int  # the engine rejects drafts with more nodes than this per row
+
+
+@dataclass
+class DecodeState:
+    """The engine's live state as a drafter may read it at each step (read-only by contract).
+
+    Rows are the active rows of the batch; `row_ids[b]` is the original prompt index of row b, so
+    a drafter keeps its per-row state keyed by row id and survives rows leaving the batch.
+    """
+
+    row_ids: list[int]
+    sequences: list[list[int]]  # committed tokens per active row: prompt + generated so far
+    max_depth: torch.Tensor  # [B] long: deeper draft nodes would be pruned (budget, context)
+    sampling: SamplingParams
+    generator: torch.Generator
+    target: TargetRunner  # runs the target on scratch cache slots (self-speculation)
+    step: int = 0
+    scratch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.row_ids)
+
+
+class Drafter(ABC):
+    """Makes guesses. Subclass, set `name`, `description`, `Options`, implement `propose`."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    #: True when propose() returns q for stochastic drafts; False means drafts are deterministic.
+    provides_q: ClassVar[bool] = False
+
+    def __init__(self, options: BaseModel | None = None) -> None:
+        self.options = options if options is not None else self.Options()
+
+    def setup(self, context: GenerationContext) -> None:  # noqa: B027 - optional hook
+        """Called once per generate call, after prefill and before the first step."""
+
+    @abstractmethod
+    def propose(self, state: DecodeState) -> Draft:
+        """Return a draft for every active row (zero nodes is fine)."""
+
+    def observe(  # noqa: B027 - optional hook
+        self,
+        state: DecodeState,
+        draft: Draft,
+        verdict: Verdict,
+        committed: list[list[int]],
+        extra_logits: torch.Tensor | None,
+    ) -> None:
+        """Learn from a verdict: `committed[b]` are the tokens row b just committed (accepted
+        drafts then the bonus), `extra_logits` [B, E, V] the target's logits at the draft's extra slots.
+        `state.sequences` already includes `committed`."""
+
+    def finish(self) -> None:  # noqa: B027 - optional hook
+        """Release per-generation resources (caches); called even when generation fails."""
+
+
+class Verifier(ABC):
+    """Decides which guesses are kept. Subclass, set `name`, `description`, `lossless`, `Options`."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    #: Whether outputs are distributed exactly as sampling from the target alone.
+    lossless: ClassVar[bool] = True
+
+    def __init__(self, options: BaseModel | None = None) -> None:
+        self.options = options if options is not None else self.Options()
+
+    @abstractmethod
+    def verify(
+        self,
+        draft: Draft,
+        logits: torch.Tensor,
+        sampling: SamplingParams,
+        generator: torch.Generator,
+    ) -> Verdict:
+        """`logits` [B, 1 + N, V]: index 0 is the target at the root (last committed token), index
+        1 + i the target at draft node i. Return the accepted path and the bonus token per row."""

@@ -1,0 +1,72 @@
+"""One place that turns logits into the distribution tokens are drawn from.
+
+The target's p, a drafter's q and every bonus token go through `process_logits` with the same
+`SamplingParams`, so a verifier always compares like with like (the HF q-mismatch bugs came from
+two code paths disagreeing about this).
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class SamplingParams(BaseModel):
+    """Temperature 0 means greedy: the processed distribution is a point mass on the argmax."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float = Field(0.0, ge=0.0, description="0 = greedy")
+    top_k: int | None = Field(None, ge=1, description="keep the k most likely tokens")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="nucleus mass to keep")
+
+    @field_validator("temperature")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if value != value or value == float("inf"):
+            raise ValueError("temperature must be a finite number >= 0")
+        return value
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Return float32 probabilities [..., V] after temperature, top-k and top-p.
+
+    Greedy gives a one-hot on the first argmax (ties resolve like `torch.argmax`, as in HF greedy).
+    """
+    logits = logits.float()
+    if params.greedy:
+        index = logits.argmax(dim=-1, keepdim=True)
+        return torch.zeros_like(logits).scatter_(-1, index, 1.0)
+    logits = logits / params.temperature
+    if params.top_k is not None and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p is not None and params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(dim=-1)
+        # Drop a token when the mass strictly before it already reaches top_p (the top token always stays).
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        drop_sorted = mass_before >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits.softmax(dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Draw one token per distribution in `probs` [..., V] -> LongTensor [...]."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    tokens = torch.multinomial(flat, 1, generator=generator).squeeze(-1)
+    return tokens.reshape(probs.shape[:-1])
+
+
+def sample_or_argmax(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> torch.Tensor:
+    """The target's own choice at each position: argmax when greedy, a sample otherwise."""
+    if params.greedy:
+        return logits.argmax(dim=-1)
+    return sample(process_logits(logits, params), generator)

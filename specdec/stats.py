@@ -1,0 +1,71 @@
+"""Per-generation statistics. The benchmark harness reads these; nothing times itself twice."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class GenerationStats:
+    """Counts are summed over rows; a "step" is one verification forward of one row."""
+
+    steps: int = 0  # row-steps (a batch step of B active rows counts B)
+    batch_steps: int = 0  # target verification forwards
+    new_tokens: int = 0
+    drafted_per_step: list[int] = field(default_factory=list)  # summed over the batch's rows
+    accepted_per_step: list[int] = field(default_factory=list)
+    accepted_by_depth: list[int] = field(default_factory=list)  # accepted nodes at depth 1, 2, ...
+    drafted_by_depth: list[int] = field(default_factory=list)  # steps whose draft reached depth d
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    other_time: float = 0.0
+    prefill_time: float = 0.0
+    peak_memory_bytes: int = 0
+    kv_cache_bytes: int = 0
+
+    @property
+    def drafted_tokens(self) -> int:
+        return sum(self.drafted_per_step)
+
+    @property
+    def accepted_tokens(self) -> int:
+        return sum(self.accepted_per_step)
+
+    @property
+    def mean_accepted(self) -> float:
+        """tau: tokens committed per row-step, bonus included (1.0 for plain decoding)."""
+        return self.new_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def wall_time(self) -> float:
+        return self.prefill_time + self.draft_time + self.verify_time + self.other_time
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.wall_time if self.wall_time > 0 else 0.0
+
+    def record_depths(self, accepted_counts: list[int], max_depths: list[int]) -> None:
+        for counts, target in ((accepted_counts, self.accepted_by_depth), (max_depths, self.drafted_by_depth)):
+            for value in counts:
+                while len(target) < value:
+                    target.append(0)
+                for depth in range(value):
+                    target[depth] += 1
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        for name in ("drafted_tokens", "accepted_tokens", "mean_accepted", "acceptance_rate", "wall_time",
+                     "tokens_per_second"):
+            data[name] = getattr(self, name)
+        return data
+
+    def summary(self) -> str:
+        return (
+            f"{self.new_tokens} tokens in {self.steps} steps | tau {self.mean_accepted:.2f} | "
+            f"acceptance {self.acceptance_rate:.1%} | {self.tokens_per_second:.1f} tok/s | "
+            f"draft {self.draft_time:.2f}s verify {self.verify_time:.2f}s other {self.other_time:.2f}s"
+        )

@@ -1,0 +1,158 @@
+"""Runs the target model on the ragged KV cache with explicit masks and position ids.
+
+One class owns every target forward: prefill, tree verification (with a drafter's extra slots)
+and scratch forwards for self-speculation. Masks are additive 4-D tensors in the model's dtype,
+which transformers 5.x passes through unchanged to eager and SDPA attention.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from .kv_cache import RaggedKVCache
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where inputs must go: the device of the input embeddings (works with device_map sharding)."""
+    return model.get_input_embeddings().weight.device
+
+
+def model_dtype(model: torch.nn.Module) -> torch.dtype:
+    return model.get_input_embeddings().weight.dtype
+
+
+def context_length(model: torch.nn.Module) -> int | None:
+    config = model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+class TargetRunner:
+    """The target model plus its per-row KV cache. `lengths[b]` = committed tokens in the cache."""
+
+    def __init__(self, model: torch.nn.Module, batch_size: int, capacity: int) -> None:
+        self.model = model
+        self.device = model_device(model)
+        self.dtype = model_dtype(model)
+        self.num_layers = model.config.num_hidden_layers
+        self.cache = RaggedKVCache(self.num_layers, capacity)
+        self.lengths = torch.zeros(batch_size, dtype=torch.long)  # kept on CPU: cheap bookkeeping
+        self.window = getattr(model.config, "sliding_window", None) or None
+        self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.embed = model.get_input_embeddings()
+
+    # -- masks -------------------------------------------------------------------------------
+    def _mask(self, start: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None) -> torch.Tensor:
+        """Additive mask [B, 1, T, S]: the committed prefix plus `visible` [B, T, T] among new tokens
+        (None = causal). Position ids of new tokens are `positions` [B, T]."""
+        batch, steps = positions.shape
+        device = self.device
+        start_d = start.to(device)
+        attend_len = int(start.max()) + steps
+        slot = torch.arange(attend_len, device=device)
+        local = slot[None, :] - start_d[:, None]  # [B, S]: index among new tokens, <0 = prefix
+        in_prefix = (local < 0)[:, None, :]  # [B, 1, S]
+        in_new = (local >= 0) & (local < steps)
+        if visible is None:
+            new_ok = (local[:, None, :] <= torch.arange(steps, device=device)[None, :, None]) & in_new[:, None, :]
+        else:
+            gathered = visible.to(device).gather(2, local.clamp(0, steps - 1)[:, None, :].expand(batch, steps, attend_len))
+            new_ok = gathered & in_new[:, None, :]
+        allowed = in_prefix | new_ok
+        if self.window is not None:
+            key_pos = torch.where(
+                local < 0, slot[None, :], positions.to(device).gather(1, local.clamp(0, steps - 1))
+            )
+            allowed = allowed & ((positions.to(device)[:, :, None] - key_pos[:, None, :]) < self.window)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=device)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return mask[:, None]
+
+    # -- forwards ----------------------------------------------------------------------------
+    def _run(
+        self,
+        start: torch.Tensor,
+        positions: torch.Tensor,
+        visible: torch.Tensor | None,
+        input_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        last_logits_only: bool = False,
+    ) -> torch.Tensor:
+        steps = positions.shape[1]
+        self.cache.set_plan(start, steps)
+        kwargs = {}
+        if last_logits_only and self._accepts_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        output = self.model(
+            input_ids=None if input_ids is None else input_ids.to(self.device),
+            inputs_embeds=inputs_embeds,
+            attention_mask=self._mask(start, positions, visible),
+            position_ids=positions.to(self.device),
+            past_key_values=self.cache,
+            use_cache=True,
+            **kwargs,
+        )
+        return output.logits
+
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> None:
+        """Write right-padded prompts [B, P] into the cache; row b keeps lengths[b] tokens."""
+        batch, steps = input_ids.shape
+        if steps:
+            start = torch.zeros(batch, dtype=torch.long)
+            positions = torch.arange(steps)[None, :].expand(batch, steps)
+            self._run(start, positions, None, input_ids=input_ids, last_logits_only=True)
+        self.lengths = lengths.clone().long().cpu()
+
+    @torch.no_grad()
+    def verify_forward(
+        self,
+        input_ids: torch.Tensor,
+        depths: torch.Tensor,
+        visible: torch.Tensor,
+        extra_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Run [root, nodes..., extras...] at positions lengths + depth with the tree mask; returns
+        logits [B, T, V]. Extra embeddings (if any) replace the last E inputs."""
+        positions = self.lengths[:, None] + depths.cpu()
+        if extra_embeds is None:
+            return self._run(self.lengths, positions, visible, input_ids=input_ids)
+        token_embeds = self.embed(input_ids.to(self.device))
+        embeds = torch.cat([token_embeds, extra_embeds.to(self.device, token_embeds.dtype)], dim=1)
+        return self._run(self.lengths, positions, visible, inputs_embeds=embeds)
+
+    @torch.no_grad()
+    def scratch_forward(self, input_ids: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """For self-speculating drafters: run a causal chain of tokens [B, T] placed `offset` slots
+        after each row's committed length. Writes only beyond the committed length, so the
+        committed cache is left exactly as it was; returns logits [B, T, V]."""
+        batch, steps = input_ids.shape
+        start = self.lengths + torch.as_tensor(offset, dtype=torch.long).cpu()
+        positions = start[:, None] + torch.arange(steps)[None, :]
+        return self._run(start.expand(batch) if start.dim() == 0 else start, positions, None, input_ids=input_ids)
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def commit(self, keep_src: torch.Tensor, keep_count: torch.Tensor) -> None:
+        """Keep, per row, the root and the accepted nodes whose input indices are keep_src [B, A]
+        (A may be 0), compacted right after the root; lengths grow by 1 + keep_count."""
+        if keep_src.shape[1]:
+            columns = torch.arange(keep_src.shape[1])[None, :]
+            dst = 1 + columns  # input index the accepted node should occupy
+            moving = (columns < keep_count[:, None]) & (keep_src != dst)
+            if bool(moving.any()):
+                rows = moving.any(dim=1).nonzero(as_tuple=True)[0]
+                src = torch.where(moving, keep_src, dst)[rows] + self.lengths[rows, None]
+                self.cache.move(rows, src, dst.expand(len(rows), -1) + self.lengths[rows, None])
+        self.lengths = self.lengths + 1 + keep_count.cpu()
+
+    def select_rows(self, indices: torch.Tensor) -> None:
+        self.cache.select_rows(indices)
+        self.lengths = self.lengths.index_select(0, indices.cpu())
+
+    def release(self) -> None:
+        self.cache.release()

@@ -1,0 +1,108 @@
+"""Shared fixtures: tiny random models of several architectures and test drafters."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from specdec import DecodeState, Draft, Drafter
+
+VOCAB = 96
+
+
+def tiny_model(arch: str = "llama", vocab: int = VOCAB, layers: int = 2, seed: int = 0, **overrides):
+    """A random-init causal LM small enough for unit tests; eos disabled so runs go to max length."""
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, max_position_embeddings=256, **overrides)
+    if arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                                             num_attention_heads=4, num_key_value_heads=2, **common))
+    elif arch == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                                             num_attention_heads=4, num_key_value_heads=2, **common))
+    elif arch == "mistral":
+        model = MistralForCausalLM(MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                                                 num_attention_heads=4, num_key_value_heads=2, sliding_window=None,
+                                                 **common))
+    elif arch == "gpt2":
+        overrides.pop("max_position_embeddings", None)
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=64, n_layer=layers, n_head=4, n_positions=256,
+                                           **overrides))
+    else:
+        raise ValueError(arch)
+    model.eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+ARCHS = ["llama", "qwen2", "mistral", "gpt2"]
+
+
+@pytest.fixture(params=ARCHS)
+def arch_model(request):
+    return tiny_model(request.param)
+
+
+def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
+                         min_new_tokens=0)
+    return out[0, len(prompt):].tolist()
+
+
+class OracleDrafter(Drafter):
+    """Proposes the true continuation (from a reference run) as a chain of up to `k` tokens."""
+
+    name = "test-oracle"
+    description = "test: proposes the known continuation"
+
+    def __init__(self, continuations: dict[int, list[int]], k: int = 5) -> None:
+        super().__init__()
+        self.continuations = continuations
+        self.k = k
+        self.prompt_lengths: dict[int, int] = {}
+
+    def setup(self, context) -> None:
+        self.prompt_lengths = {row: len(p) for row, p in enumerate(context.prompts)}
+
+    def propose(self, state: DecodeState) -> Draft:
+        rows = []
+        for row, seq in zip(state.row_ids, state.sequences):
+            done = len(seq) - self.prompt_lengths[row]
+            guess = self.continuations[row][done : done + self.k]
+            rows.append((guess, list(range(-1, len(guess) - 1))))
+        return Draft.from_rows(rows)
+
+
+class RandomTreeDrafter(Drafter):
+    """Adversarial: random trees of random tokens (mostly wrong), sometimes empty, sometimes with
+    the true next token mixed in when `hint` is given."""
+
+    name = "test-random-tree"
+    description = "test: random token trees"
+
+    def __init__(self, vocab: int, seed: int = 0, max_nodes: int = 12) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.rng = torch.Generator().manual_seed(seed)
+        self.max_nodes = max_nodes
+
+    def propose(self, state: DecodeState) -> Draft:
+        rows = []
+        for _ in state.row_ids:
+            n = int(torch.randint(0, self.max_nodes + 1, (1,), generator=self.rng))
+            tokens = torch.randint(0, self.vocab, (n,), generator=self.rng).tolist()
+            parents = [int(torch.randint(-1, i, (1,), generator=self.rng)) if i else -1 for i in range(n)]
+            rows.append((tokens, parents))
+        return Draft.from_rows(rows)

@@ -1,0 +1,54 @@
+"""Greedy + exact verifier must be token-identical to transformers' greedy generate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ARCHS, VOCAB, OracleDrafter, RandomTreeDrafter, hf_greedy, tiny_model
+
+import specdec
+
+
+def _prompts(seed: int, count: int = 2) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, VOCAB, (int(torch.randint(3, 14, (1,), generator=generator)),),
+                          generator=generator).tolist() for _ in range(count)]
+
+
+def _stats_add_up(out) -> None:
+    stats = out.stats
+    assert stats.accepted_tokens + stats.steps >= stats.new_tokens  # truncation at stops can only drop
+    assert stats.new_tokens == sum(len(s) for s in out.sequences)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("drafter_kind", ["none", "random", "oracle"])
+def test_greedy_matches_transformers(arch: str, drafter_kind: str) -> None:
+    model = tiny_model(arch)
+    for prompt in _prompts(seed=len(arch)):
+        expected = hf_greedy(model, prompt, 24)
+        if drafter_kind == "none":
+            drafter = "none"
+        elif drafter_kind == "random":
+            drafter = RandomTreeDrafter(VOCAB, seed=3)
+        else:
+            drafter = OracleDrafter({0: expected}, k=6)
+        out = specdec.generate(model, prompt, drafter=drafter, verifier="exact", max_new_tokens=24)
+        assert out.sequences[0] == expected
+        _stats_add_up(out)
+        if drafter_kind == "none":
+            assert out.stats.steps == 24
+        if drafter_kind == "oracle":
+            # every step accepts the whole 6-token guess plus a bonus, except at the budget's end
+            assert out.stats.mean_accepted > 5.0
+            assert out.stats.accepted_tokens + out.stats.steps == 24
+
+
+def test_stats_add_up_exactly_without_stops() -> None:
+    model = tiny_model("llama")
+    out = specdec.generate(model, [5, 6, 7], drafter=RandomTreeDrafter(VOCAB, seed=1), verifier="exact",
+                           max_new_tokens=40)
+    stats = out.stats
+    assert stats.accepted_tokens + stats.steps == stats.new_tokens == 40
+    assert sum(stats.accepted_per_step) == stats.accepted_tokens
+    assert len(stats.drafted_per_step) == stats.batch_steps

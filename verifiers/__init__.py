@@ -1,0 +1,1 @@
+"""Built-in verifiers, installed as `specdec.verifiers` and registered through entry points."""

@@ -1,0 +1,59 @@
+"""Exact-match verification: keep the longest path whose every node equals the target's own choice.
+
+At temperature 0 the target's choice is its argmax, so output is token-identical to greedy
+decoding. At temperature > 0 the target's choice is a sample from its processed distribution at
+each node, which keeps the output distributed exactly as the target's (HF's "exact-match
+sampling"), though it accepts less than rejection sampling.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.draft import Draft, Verdict, node_depths, path_to
+from specdec.plugins import Verifier
+from specdec.sampling import SamplingParams, sample_or_argmax
+
+
+def longest_accepted_path(draft: Draft, node_ok: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Given per-node acceptance `node_ok` [B, N] (a node is acceptable given its parent), find
+    the deepest node whose whole ancestor chain is acceptable (first such node on ties).
+
+    Returns (path [B, N] of node indices, -1 padded; path length [B]; deepest node [B], -1 = root).
+    One iteration per tree level, vectorised over rows and nodes.
+    """
+    valid = draft.node_mask()
+    ok = node_ok & valid
+    parents = draft.parents
+    chain_ok = ok.clone()
+    for _ in range(draft.width):
+        parent_ok = torch.where(parents >= 0, chain_ok.gather(1, parents.clamp(min=0)), True)
+        updated = ok & parent_ok
+        if torch.equal(updated, chain_ok):
+            break
+        chain_ok = updated
+    depths = node_depths(parents, valid)
+    scored = torch.where(chain_ok, depths, 0)
+    length = scored.max(dim=1).values if draft.width else torch.zeros(draft.batch_size, dtype=torch.long)
+    deepest = scored.argmax(dim=1) if draft.width else torch.full((draft.batch_size,), -1, dtype=torch.long)
+    deepest = torch.where(length > 0, deepest, -1)
+    return path_to(parents, deepest, length, draft.width), length, deepest
+
+
+class ExactVerifier(Verifier):
+    name = "exact"
+    description = "Exact match against the target's choice (argmax when greedy, a sample otherwise); lossless."
+    lossless = True
+
+    def verify(
+        self, draft: Draft, logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator
+    ) -> Verdict:
+        choice = sample_or_argmax(logits, sampling, generator)  # [B, 1 + N]
+        if draft.width == 0:
+            empty = torch.zeros(draft.batch_size, 0, dtype=torch.long, device=choice.device)
+            return Verdict(empty, torch.zeros(draft.batch_size, dtype=torch.long, device=choice.device),
+                           choice[:, 0])
+        choice_at_parent = choice.gather(1, draft.parents + 1)
+        path, length, deepest = longest_accepted_path(draft, draft.tokens == choice_at_parent)
+        bonus = choice.gather(1, (deepest + 1).unsqueeze(1)).squeeze(1)
+        return Verdict(path, length, bonus)
