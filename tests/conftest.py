@@ -23,7 +23,7 @@ VOCAB = 96
 def tiny_model(arch: str = "llama", vocab: int = VOCAB, layers: int = 2, seed: int = 0, **overrides):
     """A random-init causal LM small enough for unit tests; eos disabled so runs go to max length."""
     torch.manual_seed(seed)
-    common = dict(vocab_size=vocab, max_position_embeddings=256, **overrides)
+    common = {"vocab_size": vocab, "max_position_embeddings": 256, **overrides}
     if arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
                                              num_attention_heads=4, num_key_value_heads=2, **common))
@@ -35,9 +35,9 @@ def tiny_model(arch: str = "llama", vocab: int = VOCAB, layers: int = 2, seed: i
                                                  num_attention_heads=4, num_key_value_heads=2, sliding_window=None,
                                                  **common))
     elif arch == "gpt2":
-        overrides.pop("max_position_embeddings", None)
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=64, n_layer=layers, n_head=4, n_positions=256,
-                                           **overrides))
+        positions = overrides.pop("max_position_embeddings", 256)
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=64, n_layer=layers, n_head=4,
+                                           n_positions=positions, **overrides))
     else:
         raise ValueError(arch)
     model.eval()
@@ -47,6 +47,17 @@ def tiny_model(arch: str = "llama", vocab: int = VOCAB, layers: int = 2, seed: i
 
 
 ARCHS = ["llama", "qwen2", "mistral", "gpt2"]
+
+
+def tiny_tokenizer(vocab: int = VOCAB):
+    """A word-level tokenizer over the words t0..t{vocab-1}: real transformers tokenizer, no files."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {f"t{i}": i for i in range(vocab)}
+    core = Tokenizer(models.WordLevel(vocab=words, unk_token="t0"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="t0")
 
 
 @pytest.fixture(params=ARCHS)
