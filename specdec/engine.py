@@ -156,6 +156,7 @@ class SpeculativeEngine:
             stats.kv_cache_bytes = target.cache.memory_bytes()
             target.release()
             self.drafter.finish()
+            stats.drafter_stats = dict(self.drafter.stats())
             if self.streamer is not None:
                 self.streamer.end()
         return results, stats

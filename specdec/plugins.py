@@ -98,6 +98,11 @@ class Drafter(ABC):
     def finish(self) -> None:  # noqa: B027 - optional hook
         """Release per-generation resources (caches); called even when generation fails."""
 
+    def stats(self) -> dict[str, Any]:
+        """Numbers about the last generation that only the drafter knows (e.g. its own cache's peak
+        bytes); the engine copies them into `GenerationStats.drafter_stats` after finish()."""
+        return {}
+
 
 class Verifier(ABC):
     """Decides which guesses are kept. Subclass, set `name`, `description`, `lossless`, `Options`."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -22,6 +23,7 @@ class GenerationStats:
     prefill_time: float = 0.0
     peak_memory_bytes: int = 0
     kv_cache_bytes: int = 0
+    drafter_stats: dict[str, Any] = field(default_factory=dict)  # from Drafter.stats()
 
     @property
     def drafted_tokens(self) -> int:
