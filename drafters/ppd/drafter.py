@@ -1,0 +1,256 @@
+"""The PPD drafter: trained prompt tokens ride along in the verification forward as extra slots,
+and their logits are the next step's guesses, arranged as a (dynamic) sparse tree. No drafting pass.
+
+Step t: the drafter has d prompt predictions (logits) from step t-1. It proposes the tree for state d
+(candidates = top-k of prediction j at depth j) and hangs prompt-token chains under the root and
+under every candidate (the root always gets all m). After verification, the chains under the
+deepest accepted node (or the root) hold exactly the predictions for the tokens after the bonus
+token, so they become step t+1's predictions and their count its state. On the first step there are
+no predictions: the draft is only the root's prompt chain, which gives PPD its initial prediction.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import warnings
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from specdec.draft import Draft, ExtraSlots, Verdict
+from specdec.errors import DrafterError
+from specdec.plugins import DecodeState, Drafter, GenerationContext
+
+from .profile import device_key, load_profile
+from .prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
+from .trees import TreeSet, build_dynamic_trees, build_static_tree, prior_accuracies
+
+DEFAULT_TREE_SIZE = 32  # used (with a warning) when no profile exists for the current device
+
+
+class PPDOptions(BaseModel):
+    """Options of the `ppd` drafter."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint: str | None = Field(
+        None, description="prompt checkpoint from `specdec train-ppd`; None = the shipped prompts of the "
+                          "default model (an error for other models)")
+    random_init: bool = Field(False, description="untrained prompts from token embeddings (tests, smoke runs)")
+    num_prompts: int = Field(3, ge=1, le=8, description="prompt tokens m (random_init only)")
+    num_ept: int | None = Field(None, ge=1, le=128, description="ensemble prompt tokens per prompt used at "
+                                "inference; None = all in the checkpoint (random_init: 1)")
+    tree: Literal["dynamic", "static"] = Field("dynamic", description="dynamic sparse tree per state, or "
+                                               "the naive tree (every candidate gets m prompts)")
+    tree_size: int | None = Field(None, ge=2, le=1024, description="candidates + prompts per step; None = "
+                                  "the hardware profile for this device")
+    profile: str | None = Field(None, description="profile JSON from `specdec profile`; None = beside the "
+                                "checkpoint")
+    seed: int = Field(0, description="seed of random_init")
+
+
+def default_checkpoint_path() -> Path:
+    from specdec.zoo import default_model_dir
+
+    return default_model_dir() / "ppd_prompts.safetensors"
+
+
+def profile_path_for(checkpoint: Path) -> Path:
+    """`x/ppd_prompts.safetensors` -> `x/ppd_prompts.profile.json`."""
+    return checkpoint.with_name(checkpoint.name.split(".")[0] + ".profile.json")
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_trees(accuracies: str, num_prompts: int, size: int, kind: str) -> TreeSet:
+    acc = json.loads(accuracies)
+    if kind == "static":
+        return build_static_tree(acc, num_prompts, size)
+    return build_dynamic_trees(acc, num_prompts, size)
+
+
+class _StateLayout:
+    """Index tensors of one state's tree, so a step is a few gathers instead of Python loops."""
+
+    def __init__(self, layout: dict[str, list[int]]) -> None:
+        as_long = functools.partial(torch.tensor, dtype=torch.long)
+        self.cand_depth = as_long(layout["cand_depth"])
+        self.cand_rank = as_long(layout["cand_rank"])
+        self.cand_parent = as_long(layout["cand_parent"])
+        self.anchor_node = as_long(layout["anchor_node"])
+        self.parent_slot = as_long(layout["parent_slot"])
+        self.embed_row = as_long(layout["embed_row"])
+        self.num_nodes = len(layout["cand_depth"])
+        self.num_slots = len(layout["embed_row"])
+
+
+class PPDDrafter(Drafter):
+    name = "ppd"
+    description = "Parallel prompt decoding: trained prompt tokens predict a sparse tree in the verify pass."
+    Options = PPDOptions
+    provides_q = False
+
+    def __init__(self, options: PPDOptions | None = None) -> None:
+        super().__init__(options)
+        self.checkpoint: PromptCheckpoint | None = None
+        self.trees: TreeSet | None = None
+        self.tree_size = 0
+        self._layouts: dict[int, _StateLayout] = {}
+        self._table: torch.Tensor | None = None  # [m * n_ept, hidden], the model's dtype and device
+        self._predictions: dict[int, torch.Tensor] = {}  # row id -> [d, V] float logits
+        self._topk = 10
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _load_checkpoint(self, model: torch.nn.Module) -> tuple[PromptCheckpoint, Path | None]:
+        opts = self.options
+        if opts.random_init:
+            if opts.checkpoint is not None:
+                raise DrafterError("ppd: give either checkpoint=... or random_init=True, not both")
+            return random_checkpoint(model, opts.num_prompts, opts.num_ept or 1, opts.seed), None
+        path = Path(opts.checkpoint) if opts.checkpoint is not None else default_checkpoint_path()
+        if opts.checkpoint is None and not path.is_file():
+            raise PPDCheckpointError(
+                "ppd needs trained prompt tokens for this model: train them with `specdec train-ppd --model PATH "
+                "--data FILES --out prompts.safetensors` and pass drafter_options={'checkpoint': ...} "
+                "(or random_init=True for an untrained smoke run)")
+        checkpoint = PromptCheckpoint.load(path)
+        if opts.checkpoint is None:
+            try:
+                checkpoint.check_model(model, "the shipped default PPD prompts")
+            except PPDCheckpointError as error:
+                raise PPDCheckpointError(
+                    f"{error} (no checkpoint was given, so the default model's prompts were tried; pass "
+                    "drafter_options={'checkpoint': ...} for other models)") from None
+        else:
+            checkpoint.check_model(model, f"PPD checkpoint {str(path)!r}")
+        return checkpoint, path
+
+    def _choose_size(self, checkpoint_path: Path | None, device: torch.device) -> int:
+        opts = self.options
+        if opts.tree_size is not None:
+            return opts.tree_size
+        profile_file = Path(opts.profile) if opts.profile else (
+            profile_path_for(checkpoint_path) if checkpoint_path is not None else None)
+        key = device_key(device)
+        if profile_file is None or not profile_file.is_file():
+            if opts.profile:
+                raise DrafterError(f"ppd: profile {opts.profile!r} does not exist")
+            warnings.warn(f"ppd: no hardware profile for this checkpoint; using tree size {DEFAULT_TREE_SIZE}. "
+                          "Run `specdec profile --model ...` to size the tree for this device.", stacklevel=2)
+            return DEFAULT_TREE_SIZE
+        profile = load_profile(profile_file)
+        entry = profile.get("devices", {}).get(key)
+        if entry is None:
+            known = ", ".join(sorted(profile.get("devices", {}))) or "none"
+            warnings.warn(f"ppd: {profile_file} has no profile for device {key!r} (profiled: {known}); not "
+                          f"reusing another device's size, using tree size {DEFAULT_TREE_SIZE}. Run `specdec "
+                          "profile` on this device.", stacklevel=2)
+            return DEFAULT_TREE_SIZE
+        return int(entry["best_size"])
+
+    def setup(self, context: GenerationContext) -> None:
+        model = context.model
+        checkpoint, path = self._load_checkpoint(model)
+        num_ept = self.options.num_ept or checkpoint.num_ept
+        if num_ept > checkpoint.num_ept:
+            raise DrafterError(f"ppd: num_ept={num_ept} but the checkpoint has {checkpoint.num_ept} per prompt")
+        m = checkpoint.num_prompts
+        accuracies = checkpoint.accuracies or prior_accuracies(m, min(10, context.vocab_size))
+        self._topk = len(accuracies[0])
+        self.tree_size = self._choose_size(path, context.device)
+        self.trees = _cached_trees(json.dumps(accuracies), m, self.tree_size, self.options.tree)
+        widest = max(len(t.paths) for t in self.trees.trees.values())
+        if widest > context.max_draft_nodes:
+            raise DrafterError(f"ppd: the tree has {widest} candidates but max_draft_nodes is "
+                               f"{context.max_draft_nodes}; lower tree_size or raise max_draft_nodes")
+        self._layouts = {d: _StateLayout(t.layout(num_ept)) for d, t in self.trees.trees.items()}
+        embed = model.get_input_embeddings().weight
+        table = checkpoint.embeddings[:, :num_ept].reshape(m * num_ept, -1)
+        self._table = table.to(embed.device, embed.dtype)
+        self.checkpoint = checkpoint
+        self._num_ept = num_ept
+        self._predictions = {}
+
+    # -- the loop ------------------------------------------------------------------------------
+    def propose(self, state: DecodeState) -> Draft:
+        if self._table is None:
+            raise DrafterError("ppd: propose() called before setup()")
+        batch = state.batch_size
+        layouts, tokens_rows = [], []
+        for row in state.row_ids:
+            prediction = self._predictions.get(row)
+            depth = 0 if prediction is None else prediction.shape[0]
+            layout = self._layouts[depth]
+            layouts.append(layout)
+            if layout.num_nodes:
+                top = prediction.topk(self._topk, dim=-1).indices.cpu()  # [d, K]
+                tokens_rows.append(top[layout.cand_depth, layout.cand_rank])
+            else:
+                tokens_rows.append(torch.zeros(0, dtype=torch.long))
+        width = max(layout.num_nodes for layout in layouts)
+        slots = max(layout.num_slots for layout in layouts)
+        tokens = torch.zeros(batch, width, dtype=torch.long)
+        parents = torch.full((batch, width), -1, dtype=torch.long)
+        extra_parents = torch.full((batch, slots), -1, dtype=torch.long)
+        rows_of_table = torch.zeros(batch, slots, dtype=torch.long)
+        for b, layout in enumerate(layouts):
+            n, e = layout.num_nodes, layout.num_slots
+            tokens[b, :n] = tokens_rows[b]
+            parents[b, :n] = layout.cand_parent
+            extra_parents[b, :e] = torch.where(layout.parent_slot >= 0, width + layout.parent_slot,
+                                               layout.anchor_node)
+            rows_of_table[b, :e] = layout.embed_row
+        embeds = self._table[rows_of_table.to(self._table.device)]  # [B, E, hidden]
+        counts = torch.tensor([layout.num_nodes for layout in layouts], dtype=torch.long)
+        num_slots = torch.tensor([layout.num_slots for layout in layouts], dtype=torch.long)
+        return Draft(tokens, parents, counts, None, ExtraSlots(embeds, extra_parents, num_slots))
+
+    def observe(
+        self,
+        state: DecodeState,
+        draft: Draft,
+        verdict: Verdict,
+        committed: list[list[int]],
+        extra_logits: torch.Tensor | None,
+    ) -> None:
+        extra = draft.extra
+        width = draft.width
+        counts = verdict.num_accepted.cpu()
+        accepted = verdict.accepted.cpu()
+        for b, row in enumerate(state.row_ids):
+            self._predictions.pop(row, None)
+            if extra is None or extra_logits is None:
+                continue
+            num = int(extra.num_slots[b])
+            if num == 0:
+                continue
+            anchor_wanted = int(accepted[b, counts[b] - 1]) if int(counts[b]) else -1
+            anchors, hops = _anchors_and_hops(extra.parents[b, :num].cpu(), width)
+            predictions = []
+            for k in range(1, self.checkpoint.num_prompts + 1):
+                chosen = ((anchors == anchor_wanted) & (hops == k)).nonzero(as_tuple=True)[0]
+                if chosen.numel() == 0:
+                    break  # pruned at the context/budget limit: fewer predictions, smaller state
+                # EPT aggregation: mean of raw logits (the reference code; see docs/ppd.md)
+                predictions.append(extra_logits[b, chosen.to(extra_logits.device)].float().mean(dim=0))
+            if predictions:
+                self._predictions[row] = torch.stack(predictions)
+
+    def finish(self) -> None:
+        self._predictions = {}
+
+
+def _anchors_and_hops(parents: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each extra slot (parents in the combined index), the draft node (or -1 = root) its chain
+    hangs from and its distance k from it (prompt token k). Works on pruned drafts too."""
+    anchors = parents.clone()
+    hops = torch.ones_like(parents)
+    for _ in range(parents.numel()):
+        in_chain = anchors >= width
+        if not bool(in_chain.any()):
+            break
+        hops = hops + in_chain.long()
+        anchors = torch.where(in_chain, parents[(anchors - width).clamp(min=0)], anchors)
+    return anchors, hops
