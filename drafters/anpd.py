@@ -1,0 +1,175 @@
+"""ANPD: Adaptive N-gram Parallel Decoding (Ou, Chen, Tian, NAACL 2024 Industry).
+
+A model-free drafter. Per request it keeps n-gram counts (n = 2..N) over the prompt's token ids and
+every committed token (accepted drafts and the bonus, never rejected drafts). A draft of up to K
+tokens is built one token at a time: each lookup takes the longest context (N-1 tokens down to 1)
+of (committed tokens + draft so far) that has been seen, and proposes its most frequent
+continuation. Unlike prompt lookup it can hop between places in the text mid-draft.
+
+Beyond the paper, `branches > 1` makes a token tree: the top few continuations of each lookup
+become sibling nodes, expanded best-first (paths that deviate least from the top choices first)
+until `max_nodes`. Drafts are deterministic, so q is None.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from specdec.draft import Draft
+from specdec.errors import DrafterError
+from specdec.plugins import DecodeState, Drafter, GenerationContext
+
+from .ngram_table import NGramTable
+
+
+class AnpdOptions(BaseModel):
+    """Defaults are the paper's recommended N = 5, K = 7 (its Figures 3-5 and case study)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(5, ge=2, le=16, description="largest n-gram order N; levels n = N..2 (context N-1..1 tokens)")
+    k: int = Field(7, ge=1, le=64, description="draft length K (tree depth in tree mode)")
+    stop_on_miss: bool = Field(True, description="end the draft at the first lookup miss; False pads with "
+                                                 "filler_token up to K like the paper")
+    filler_token: int = Field(0, ge=0, description="token id padded in after a miss when stop_on_miss is False")
+    branches: int = Field(1, ge=1, le=16, description="continuations per lookup: 1 = chain, >1 = token tree")
+    max_nodes: int | None = Field(None, ge=1, le=1024, description="node budget of a tree (default k * branches)")
+
+    @model_validator(mode="after")
+    def _check_budget(self) -> AnpdOptions:
+        if self.branches == 1 and self.max_nodes is not None and self.max_nodes != self.k:
+            raise ValueError("max_nodes is the tree budget; with branches=1 (a chain) set k instead")
+        return self
+
+    @property
+    def node_budget(self) -> int:
+        return self.max_nodes if self.max_nodes is not None else self.k * self.branches
+
+
+def draft_chain(
+    table: NGramTable, context: list[int], depth: int, stop_on_miss: bool, filler: int, eos: frozenset[int]
+) -> list[int]:
+    """Alg. 1's draft loop: `depth` chained lookups, each on the committed context plus the draft so far."""
+    context = list(context)
+    draft: list[int] = []
+    for _ in range(depth):
+        token = table.predict(context)
+        if token is None:
+            if stop_on_miss:
+                break
+            token = filler
+        draft.append(token)
+        if token in eos:  # nothing after an end-of-sequence token can be emitted
+            break
+        context.append(token)
+    return draft
+
+
+def draft_tree(
+    table: NGramTable,
+    context: list[int],
+    depth: int,
+    branches: int,
+    budget: int,
+    stop_on_miss: bool,
+    filler: int,
+    eos: frozenset[int],
+) -> tuple[list[int], list[int]]:
+    """Best-first token tree: a candidate's cost is the sum of its path's continuation ranks (0 =
+    most frequent), so the chain of top choices comes first, then one-deviation paths, shallow
+    before deep. Returns (tokens, parents) with parents before children."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    order = 0  # unique tie-breaker so the heap never compares contexts
+    heap: list[tuple[int, int, int, int, int, list[int]]] = []
+
+    def push_children(parent: int, cost: int, node_depth: int, path_context: list[int]) -> None:
+        nonlocal order
+        if node_depth >= depth:
+            return
+        entry = table.lookup(path_context)
+        if entry is None:
+            choices = [] if stop_on_miss else [filler]
+        else:
+            choices = entry.top[:branches]
+        for rank, token in enumerate(choices):
+            heapq.heappush(heap, (cost + rank, node_depth + 1, order, token, parent, path_context))
+            order += 1
+
+    push_children(-1, 0, 0, list(context))
+    while heap and len(tokens) < budget:
+        cost, node_depth, _, token, parent, parent_context = heapq.heappop(heap)
+        tokens.append(token)
+        parents.append(parent)
+        if token not in eos:
+            push_children(len(tokens) - 1, cost, node_depth, parent_context + [token])
+    return tokens, parents
+
+
+class AnpdDrafter(Drafter):
+    name = "anpd"
+    description = "ANPD: multi-level n-gram lookup over prompt + output, no model (chain, or tree with branches>1)."
+    Options = AnpdOptions
+
+    def __init__(self, options: AnpdOptions | None = None) -> None:
+        super().__init__(options)
+        self.options: AnpdOptions
+        self.tables: dict[int, NGramTable] = {}  # per row id
+        self.eos: frozenset[int] = frozenset()
+        self.engine_node_limit: int | None = None
+
+    def setup(self, context: GenerationContext) -> None:
+        if not self.options.stop_on_miss and self.options.filler_token >= context.vocab_size:
+            raise DrafterError(f"anpd: filler_token {self.options.filler_token} is outside the target's "
+                               f"vocabulary of {context.vocab_size}")
+        self.tables = {}
+        self.engine_node_limit = context.max_draft_nodes
+        config = getattr(context.model, "generation_config", None)
+        eos = getattr(config, "eos_token_id", None)
+        self.eos = frozenset([eos] if isinstance(eos, int) else (eos or ()))
+
+    def _table(self, row: int, sequence: list[int]) -> NGramTable:
+        """The row's table, (re)built from the committed sequence when missing or out of step."""
+        table = self.tables.get(row)
+        if table is None or table.length != len(sequence):
+            table = NGramTable(self.options.n, self.options.branches, sequence)
+            self.tables[row] = table
+        return table
+
+    def propose(self, state: DecodeState) -> Draft:
+        options = self.options
+        if len(self.tables) > state.batch_size:  # rows that left the batch are never seen again
+            live = set(state.row_ids)
+            self.tables = {row: table for row, table in self.tables.items() if row in live}
+        max_depth = state.max_depth.tolist()
+        rows = []
+        for b, (row, sequence) in enumerate(zip(state.row_ids, state.sequences)):
+            table = self._table(row, sequence)
+            depth = max(0, min(options.k, max_depth[b], self.engine_node_limit or options.k))
+            if options.branches == 1 or depth == 0:
+                tokens = draft_chain(table, table.tail, depth, options.stop_on_miss, options.filler_token, self.eos)
+                parents = list(range(-1, len(tokens) - 1))
+            else:
+                budget = options.node_budget
+                if self.engine_node_limit is not None:
+                    budget = min(budget, self.engine_node_limit)
+                tokens, parents = draft_tree(table, table.tail, depth, options.branches, budget,
+                                             options.stop_on_miss, options.filler_token, self.eos)
+            rows.append((tokens, parents))
+        return Draft.from_rows(rows)
+
+    def observe(self, state, draft, verdict, committed, extra_logits) -> None:
+        """Count exactly the committed tokens (accepted drafts, then the bonus) of each row."""
+        for b, row in enumerate(state.row_ids):
+            table = self.tables.get(row)
+            if table is None:
+                continue
+            if table.length + len(committed[b]) == len(state.sequences[b]):
+                table.extend(committed[b])
+            else:  # out of step (should not happen): rebuild lazily from the sequence next time
+                del self.tables[row]
+
+    def finish(self) -> None:
+        self.tables = {}
