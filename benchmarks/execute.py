@@ -1,0 +1,242 @@
+"""Runs one cell: every prompt of a dataset through one method, timed the same way for every method.
+
+Each generate call is timed by the same wall clock around it (specdec and transformers alike, as
+Spec-Bench times its forward function); specdec's own GenerationStats supply tau, acceptance and the
+draft/verify/other split. MT-bench's second turn is asked after the method's own first answer.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specdec import registry
+from specdec.stats import GenerationStats
+from specdec.target import context_length, model_device
+
+from .cells import Cell
+from .config import ModelSpec, resolve_placeholders
+from .datasets import PromptBuilder, Sample, load_dataset
+from .memory import PeakMemory
+from .oracle import NAME as ORACLE
+from .oracle import prompt_key, register_oracle
+
+# A method maps a batch of prompt token ids to (new token ids per row, specdec stats or None, lossless flag).
+MethodFn = Callable[[list[list[int]]], tuple[list[list[int]], GenerationStats | None, bool | None]]
+
+
+@dataclass
+class LoadedModel:
+    target: Any
+    draft: Any | None
+    tokenizer: Any
+
+
+class Workspace:
+    """Models and prompt sets loaded once per process (a Ray worker owns its own)."""
+
+    def __init__(self) -> None:
+        self._models: dict[ModelSpec, LoadedModel] = {}
+        self._samples: dict[Any, list[Sample]] = {}
+        register_oracle()
+
+    def model(self, spec: ModelSpec) -> LoadedModel:
+        if spec not in self._models:
+            self._models[spec] = _load(spec)
+        return self._models[spec]
+
+    def samples(self, cell: Cell) -> list[Sample]:
+        key = cell.dataset
+        if key not in self._samples:
+            spec = cell.dataset
+            self._samples[key] = load_dataset(spec.kind, spec.path, spec.categories, spec.per_category)
+        return self._samples[key]
+
+
+def _load(spec: ModelSpec) -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+
+    from specdec.api import load_model
+
+    if spec.path == "default":
+        from specdec.zoo import load_default
+
+        pair = load_default()
+        return LoadedModel(pair.target, pair.draft, pair.tokenizer)
+    target, tokenizer = load_model(spec.path)
+    draft = None
+    if spec.draft_path is not None:
+        draft = AutoModelForCausalLM.from_pretrained(spec.draft_path, local_files_only=True).eval()
+    return LoadedModel(target, draft, tokenizer)
+
+
+def _eos_ids(model: Any) -> set[int]:
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        return set()
+    return {eos} if isinstance(eos, int) else set(eos)
+
+
+def _cut_at_eos(tokens: list[int], eos: set[int]) -> list[int]:
+    for index, token in enumerate(tokens):
+        if token in eos:
+            return tokens[: index + 1]
+    return tokens
+
+
+def hf_method(cell: Cell, loaded: LoadedModel) -> MethodFn:
+    """transformers' own `generate`: plain greedy, prompt lookup, or assisted by the draft model."""
+    model, eos = loaded.target, _eos_ids(loaded.target)
+    pad = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else next(iter(eos), 0)
+    kwargs: dict[str, Any] = dict(max_new_tokens=cell.max_new_tokens, pad_token_id=pad, min_new_tokens=0)
+    if cell.temperature > 0:
+        kwargs.update(do_sample=True, temperature=cell.temperature, top_k=None, top_p=None)
+    else:
+        kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+    if cell.method == "hf_prompt_lookup":
+        kwargs["prompt_lookup_num_tokens"] = cell.prompt_lookup_num_tokens
+    elif cell.method == "hf_assisted":
+        if loaded.draft is None:
+            raise ValueError("hf_assisted needs a draft model (models[].draft)")
+        kwargs["assistant_model"] = loaded.draft
+    device = model_device(model)
+
+    def run(prompts: list[list[int]]) -> tuple[list[list[int]], None, None]:
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, prompt in enumerate(prompts):  # left padding, as transformers expects for decoder-only
+            ids[row, width - len(prompt):] = torch.tensor(prompt)
+            mask[row, width - len(prompt):] = 1
+        if cell.temperature > 0:
+            torch.manual_seed(cell.seed)
+        with torch.no_grad():
+            out = model.generate(ids.to(device), attention_mask=mask.to(device), **kwargs)
+        return [_cut_at_eos(row[width:], eos) for row in out.tolist()], None, None
+
+    return run
+
+
+def specdec_method(cell: Cell, loaded: LoadedModel, reference: dict[str, list[int]] | None) -> MethodFn:
+    """specdec.generate with one drafter instance for the whole cell (as a server would keep it)."""
+    import specdec
+
+    assert cell.drafter is not None
+    options = resolve_placeholders(cell.drafter.options, loaded.draft)
+    if cell.drafter.name == ORACLE:
+        if reference is None:
+            raise RuntimeError("the oracle drafter needs the reference cell's outputs, which are missing "
+                               "(did the reference cell fail?)")
+        options = {**options, "continuations": reference}
+    drafter = registry.create("drafter", cell.drafter.name, options)
+
+    def run(prompts: list[list[int]]) -> tuple[list[list[int]], GenerationStats, bool]:
+        out = specdec.generate(loaded.target, prompts, tokenizer=loaded.tokenizer, drafter=drafter,
+                               verifier=cell.verifier or "auto", max_new_tokens=cell.max_new_tokens,
+                               temperature=cell.temperature, seed=cell.seed)
+        return out.sequences, out.stats, out.verifier_lossless
+
+    return run
+
+
+def _stats_record(stats: GenerationStats, rows: int) -> dict[str, Any]:
+    """GenerationStats without its per-step lists, plus a histogram of tokens committed per step."""
+    data = stats.to_dict()
+    accepted = data.pop("accepted_per_step")
+    data.pop("drafted_per_step")
+    if rows == 1:  # per-step counts are summed over rows, so the histogram is per row only at batch 1
+        histogram: dict[str, int] = {}
+        for count in accepted:
+            key = str(count + 1)
+            histogram[key] = histogram.get(key, 0) + 1
+        data["accept_length_histogram"] = histogram
+    return data
+
+
+def _batches(samples: list[Sample], size: int) -> list[list[int]]:
+    """Sample indices in batches of `size`, never mixing categories (per-category stats stay exact)."""
+    by_category: dict[str, list[int]] = {}
+    for index, sample in enumerate(samples):
+        by_category.setdefault(sample.category, []).append(index)
+    return [group[i : i + size] for group in by_category.values() for i in range(0, len(group), size)]
+
+
+def execute_cell(cell: Cell, workspace: Workspace, reference: dict[str, list[int]] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run `cell` and return its result record (status "failed" with the error instead of raising)."""
+    record: dict[str, Any] = {"cell_id": cell.cell_id, "cell": cell.model_dump(mode="json"), "status": "ok",
+                              "error": None, "samples": [], "calls": [], "notes": []}
+    started = time.perf_counter()
+    if cell.load_error is not None:
+        record.update(status="failed", error=cell.load_error)
+        return record
+    try:
+        _run(cell, workspace, reference, record, progress)
+    except Exception as error:  # a broken method is a failed cell in the report, never a crashed sweep
+        record.update(status="failed", error=f"{type(error).__name__}: {error}",
+                      traceback=traceback.format_exc(limit=8))
+    record["cell_seconds"] = time.perf_counter() - started
+    return record
+
+
+def _run(cell: Cell, workspace: Workspace, reference: dict[str, list[int]] | None, record: dict[str, Any],
+         progress: Callable[[int, int], None] | None) -> None:
+    loaded = workspace.model(cell.model)
+    samples = workspace.samples(cell)
+    builder = PromptBuilder(loaded.tokenizer, context_length(loaded.target), cell.max_new_tokens)
+    method = specdec_method(cell, loaded, reference) if cell.method == "specdec" else hf_method(cell, loaded)
+    record["chat_template"] = builder.uses_chat_template
+    first, _ = builder.encode([], samples[0].turns[0])
+    for _ in range(cell.warmup):
+        method([first])
+
+    batches = _batches(samples, cell.batch_size)
+    turn_records: list[list[dict[str, Any]]] = [[] for _ in samples]
+    calls: list[dict[str, Any]] = []
+    lossless: set[bool] = set()
+    with PeakMemory(model_device(loaded.target)) as memory:
+        for repeat in range(cell.repeats):
+            call_index = 0
+            for done, batch in enumerate(batches):
+                history: dict[int, list[tuple[str, str]]] = {i: [] for i in batch}
+                for turn in range(max(len(samples[i].turns) for i in batch)):
+                    rows = [i for i in batch if turn < len(samples[i].turns)]
+                    encoded = [builder.encode(history[i], samples[i].turns[turn]) for i in rows]
+                    prompts = [ids for ids, _ in encoded]
+                    t0 = time.perf_counter()
+                    outputs, stats, is_lossless = method(prompts)
+                    wall = time.perf_counter() - t0
+                    if is_lossless is not None:
+                        lossless.add(is_lossless)
+                    for i, tokens in zip(rows, outputs):
+                        history[i].append((samples[i].turns[turn],
+                                           loaded.tokenizer.decode(tokens, skip_special_tokens=True)))
+                    if repeat == 0:
+                        calls.append({"rows": rows, "turn": turn, "wall_times": [wall],
+                                      "stats": None if stats is None else _stats_record(stats, len(rows))})
+                        for i, tokens, (ids, cut) in zip(rows, outputs, encoded):
+                            turn_records[i].append({"tokens": tokens, "prompt_tokens": len(ids), "truncated": cut,
+                                                    "prompt_key": prompt_key(ids), "call": call_index})
+                    else:
+                        calls[call_index]["wall_times"].append(wall)
+                        for i, tokens in zip(rows, outputs):
+                            if tokens != turn_records[i][turn]["tokens"]:
+                                turn_records[i][turn].setdefault("differs_in_repeats", []).append(repeat)
+                    call_index += 1
+                if progress is not None:
+                    progress(repeat * len(batches) + done + 1, cell.repeats * len(batches))
+    record["samples"] = [{"sample_id": s.sample_id, "category": s.category, "raw_category": s.raw_category,
+                          "turns": turn_records[i]} for i, s in enumerate(samples)]
+    record["calls"] = calls
+    record["peak_memory_bytes"] = memory.peak_bytes
+    record["memory_kind"] = memory.kind
+    record["verifier_lossless"] = None if not lossless else all(lossless)
+    truncated = sum(t["truncated"] for turns in turn_records for t in turns)
+    if truncated:
+        record["notes"].append(f"{truncated} prompt(s) longer than the context minus max_new_tokens were "
+                               "truncated from the left")
