@@ -1,0 +1,152 @@
+"""`layer_skip`: the target drafts for itself with some attention/MLP blocks bypassed (Draft & Verify).
+
+Drafting runs `state.target.scratch_forward`, which writes KV only beyond each row's committed
+length, inside a `LayerSkipper`; skipped attention blocks write nothing at all. The committed cache
+is therefore untouched, and the verification forward recomputes every layer's entries for the
+drafted positions (draft-time KV of layers after the first skipped block would be wrong anyway).
+
+Rows of a batch draft in lockstep (one scratch forward per depth for all rows); a row that has
+exited, or reached its budget, stops growing its chain while the others continue.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import Field
+
+from specdec.draft import Draft, Verdict
+from specdec.errors import DrafterError
+from specdec.plugins import DecodeState, Drafter, GenerationContext
+from specdec.sampling import process_logits, sample
+
+from .adaptive import AdaptiveOptions, ExitState
+from .skipping import LayerSkipper, layout_for
+from .skipset import SkipSet, find_shipped_skip_set, load_skip_set
+
+
+class LayerSkipOptions(AdaptiveOptions):
+    skip: SkipSet | str | None = Field(
+        None, description="{'attention': [...], 'mlp': [...]} (0-based layers), or a skip-set file from "
+                          "`specdec search-layers`; default: the file shipped with the model (fingerprint-checked)")
+    max_draft: int = Field(12, ge=1, le=128, description="maximum draft tokens per step (paper: 12)")
+
+
+class LayerSkipDrafter(Drafter):
+    name = "layer_skip"
+    description = "Self-speculation: the target drafts with searched attention/MLP blocks skipped (Draft & Verify)."
+    Options = LayerSkipOptions
+    provides_q = True  # when sampling, drafts are sampled and q is returned
+
+    def __init__(self, options: LayerSkipOptions | None = None) -> None:
+        super().__init__(options)
+        self.options: LayerSkipOptions
+        self._skipper: LayerSkipper | None = None
+        self._skipper_key: tuple[int, SkipSet] | None = None
+        self.skip_set: SkipSet | None = None
+        self._rows: dict[int, ExitState] = {}
+        self._gamma = self.options.gamma0  # carried across generate calls when carry_gamma
+        self.draft_forwards = 0  # scratch forwards run, for cost accounting (search, benchmarks)
+
+    # -- setup -------------------------------------------------------------------------------
+    def resolve_skip_set(self, model: Any) -> SkipSet:
+        """The configured skip set, checked against `model` (layers exist, file made for this model)."""
+        skip = self.options.skip
+        if skip is None:
+            shipped = find_shipped_skip_set(model)
+            if shipped is None:
+                raise DrafterError(
+                    "layer_skip has no skip set for this model: pass skip={'attention': [...], 'mlp': [...]} or "
+                    "skip=PATH, or run `specdec search-layers --model ...` to find one")
+            skip = str(shipped)
+        if isinstance(skip, str):
+            try:
+                return load_skip_set(Path(skip), model)
+            except (ValueError, FileNotFoundError) as error:
+                raise DrafterError(f"layer_skip: {error}") from error
+        try:
+            skip.check_layers(int(model.config.num_hidden_layers))
+        except ValueError as error:
+            raise DrafterError(f"layer_skip: {error}") from error
+        return skip
+
+    def setup(self, context: GenerationContext) -> None:
+        model = context.model
+        layout_for(model)  # clear error for unsupported architectures before any drafting
+        skip = self.resolve_skip_set(model)
+        key = (id(model), skip)
+        if self._skipper_key != key:
+            self._skipper = LayerSkipper(model, skip.attention, skip.mlp)
+            self._skipper_key = key
+        self.skip_set = skip
+        self._rows = {}
+        if not self.options.carry_gamma:
+            self._gamma = self.options.gamma0
+
+    def _exit_state(self, row: int) -> ExitState:
+        if row not in self._rows:
+            self._rows[row] = ExitState(gamma=self._gamma)
+        return self._rows[row]
+
+    # -- drafting ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def propose(self, state: DecodeState) -> Draft:
+        if self._skipper is None:
+            raise DrafterError("layer_skip.propose called before setup")
+        batch = state.batch_size
+        limits = state.max_depth.clamp(min=0, max=self.options.max_draft)
+        steps = int(limits.max()) if batch else 0
+        if steps <= 0:
+            return Draft.empty(batch)
+        greedy = state.sampling.greedy
+        adaptive = self.options.adaptive
+        gammas = torch.tensor([self._exit_state(row).gamma for row in state.row_ids])
+        tokens = torch.zeros(batch, steps, dtype=torch.long)
+        q_rows: list[torch.Tensor] = []
+        lengths = torch.zeros(batch, dtype=torch.long)
+        growing = limits > 0
+        inputs = torch.tensor([[seq[-1]] for seq in state.sequences], dtype=torch.long)
+        depth = 0
+        with self._skipper:
+            for depth in range(steps):
+                logits = state.target.scratch_forward(inputs, offset=depth)[:, -1].float().cpu()
+                self.draft_forwards += 1
+                if greedy:
+                    chosen = logits.argmax(dim=-1)
+                else:
+                    q = process_logits(logits, state.sampling)
+                    chosen = sample(q, state.generator).cpu()
+                    q_rows.append(q)
+                tokens[:, depth] = chosen
+                lengths += growing.long()
+                growing = growing & (depth + 1 < limits)
+                if adaptive:
+                    # confidence = raw (temperature-1) probability of the drafted token, as in the paper's code
+                    confidence = logits.softmax(dim=-1).gather(1, chosen[:, None]).squeeze(1)
+                    growing = growing & (confidence >= gammas)
+                if not bool(growing.any()):
+                    break
+                inputs = chosen[:, None]
+        width = depth + 1
+        q = torch.stack(q_rows, dim=1)[:, :width] if q_rows else None
+        return Draft.chain(tokens[:, :width], lengths, q)
+
+    def observe(self, state: DecodeState, draft: Draft, verdict: Verdict, committed: list[list[int]],
+                extra_logits: torch.Tensor | None) -> None:
+        if not self.options.adaptive:
+            return
+        drafted = draft.num_nodes.tolist()
+        accepted = verdict.num_accepted.tolist()
+        for b, row in enumerate(state.row_ids):
+            self._exit_state(row).update(accepted[b], drafted[b], self.options.max_draft, self.options)
+
+    def finish(self) -> None:
+        if self.options.carry_gamma and self._rows:
+            self._gamma = sum(s.gamma for s in self._rows.values()) / len(self._rows)
+
+    @property
+    def gamma(self) -> float:
+        """The threshold the next generate call starts from."""
+        return self._gamma

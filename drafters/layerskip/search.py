@@ -1,0 +1,386 @@
+"""Find a skip set by Bayesian optimisation of measured self-speculative speed (Draft & Verify §3.3).
+
+Search space: 2L switches (attention of layer i, MLP of layer i), encoded as the paper's code does
+as 2L continuous parameters in [0, 1], "skip" when > 0.5. The objective is the measured tokens per
+second of greedy self-speculation (exact verifier) on calibration prompts, so it prices in both
+acceptance and draft cost on the machine at hand.
+
+Engineering around the noisy objective (an ask/tell loop with `bayesian-optimization` 3.x):
+- every distinct mask is timed once and cached in a JSON file; a suggestion that maps to a cached
+  mask is told the cached value without timing again;
+- the cache is written after every evaluation, so an interrupted search resumes where it stopped
+  (history is replayed into a fresh optimiser);
+- at the end the best few masks are re-timed, interleaved with the plain-decoding baseline, and
+  the winner is chosen on the re-timed median (the best single timing is biased upward).
+
+Python API: `search_skip_set(model, prompts, ...)`; CLI: `specdec search-layers` (see `main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import statistics
+import sysconfig
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from .drafter import LayerSkipDrafter, LayerSkipOptions
+from .skipping import num_layers as count_layers
+from .skipset import SkipSet, model_fingerprint, save_skip_set
+
+CACHE_FORMAT = "specdec.layer_skip_search/1"
+
+#: Stdlib modules used as default calibration text (code the default model saw in training; calibration,
+#: unlike evaluation, may use training data, as the paper's dev set does).
+CALIBRATION_MODULES = ("bisect.py", "glob.py", "base64.py", "pprint.py", "string.py", "functools.py",
+                       "contextlib.py", "random.py", "locale.py", "copy.py", "operator.py", "weakref.py")
+
+
+class SearchSettings(BaseModel):
+    """How each skip set is timed; part of the cache key (timings under other settings are not comparable)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_new_tokens: int = Field(32, ge=1, description="tokens generated per prompt (paper: 32)")
+    max_draft: int = Field(8, ge=1, description="maximum draft length while searching (paper's code: 8)")
+    gamma0: float = Field(0.8, ge=0.0, le=1.0, description="initial exit threshold while searching (code: 0.8)")
+    alpha: float = Field(0.9, gt=0.0, le=1.0, description="target acceptance of adaptive exit")
+    adaptive: bool = True
+
+
+@dataclass
+class Measurement:
+    tokens_per_second: float
+    tau: float
+    acceptance: float
+    tokens: int
+    seconds: float
+    draft_forwards: int = 0
+
+
+@dataclass
+class SearchResult:
+    skip: SkipSet
+    tokens_per_second: float  # re-timed median
+    baseline_tokens_per_second: float
+    speedup: float
+    history: list[dict] = field(default_factory=list)  # one entry per iteration
+    retimed: list[dict] = field(default_factory=list)
+    out_path: Path | None = None
+
+
+# -- measuring --------------------------------------------------------------------------------
+def measure(model: Any, prompts: list[list[int]], skip: SkipSet | None, settings: SearchSettings) -> Measurement:
+    """Greedy generation over `prompts` one at a time; `skip=None` measures plain decoding."""
+    import specdec
+
+    drafter: Any = "none"
+    if skip is not None:
+        drafter = LayerSkipDrafter(LayerSkipOptions(skip=skip, max_draft=settings.max_draft, gamma0=settings.gamma0,
+                                                    alpha=settings.alpha, adaptive=settings.adaptive))
+    tokens = steps = drafted = accepted = 0
+    seconds = 0.0
+    for prompt in prompts:
+        out = specdec.generate(model, prompt, drafter=drafter, verifier="exact", max_new_tokens=settings.max_new_tokens,
+                               eos_token_id=[])
+        stats = out.stats
+        tokens += stats.new_tokens
+        steps += stats.steps
+        drafted += stats.drafted_tokens
+        accepted += stats.accepted_tokens
+        seconds += stats.wall_time
+    return Measurement(
+        tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
+        tau=tokens / steps if steps else 0.0,
+        acceptance=accepted / drafted if drafted else 0.0,
+        tokens=tokens, seconds=seconds,
+        draft_forwards=drafter.draft_forwards if skip is not None else 0,
+    )
+
+
+# -- prompts -----------------------------------------------------------------------------------
+def default_calibration_texts(count: int = 8, chars: int = 1200) -> list[str]:
+    """Chunks of Python stdlib source, present wherever Python is (no data files needed)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    texts = []
+    for name in CALIBRATION_MODULES:
+        path = root / name
+        if path.is_file():
+            source = path.read_text(encoding="utf-8", errors="replace")
+            start = len(source) // 3  # skip licence headers and imports
+            texts.append(source[start : start + chars])
+        if len(texts) == count:
+            break
+    if not texts:
+        raise FileNotFoundError(f"no calibration modules found under {root}; pass --prompts FILE")
+    return texts
+
+
+def read_prompt_file(path: str | Path) -> list[str]:
+    """A .jsonl file (field question, prompt, text, or the first of turns) or plain text, one prompt a line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt file {str(path)!r} does not exist")
+    texts: list[str] = []
+    if path.suffix == ".jsonl":
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            for key in ("prompt", "question", "text"):
+                if isinstance(record.get(key), str):
+                    texts.append(record[key])
+                    break
+            else:
+                if isinstance(record.get("turns"), list) and record["turns"]:
+                    texts.append(str(record["turns"][0]))
+                else:
+                    raise ValueError(f"{path}:{number}: no 'prompt', 'question', 'text' or 'turns' field")
+    else:
+        texts = [line.replace("\\n", "\n") for line in path.read_text().splitlines() if line.strip()]
+    if not texts:
+        raise ValueError(f"prompt file {str(path)!r} holds no prompts")
+    return texts
+
+
+def encode_prompts(texts: list[str], tokenizer: Any, max_tokens: int) -> list[list[int]]:
+    if tokenizer is None:
+        raise ValueError("text prompts need a tokenizer: give a model directory with a tokenizer, or token ids")
+    prompts = []
+    for text in texts:
+        ids = list(tokenizer(text)["input_ids"])[-max_tokens:]
+        if ids:
+            prompts.append(ids)
+    return prompts
+
+
+def _prompts_digest(prompts: list[list[int]]) -> str:
+    return hashlib.sha256(json.dumps(prompts).encode()).hexdigest()[:16]
+
+
+# -- cache -------------------------------------------------------------------------------------
+def _mask_key(mask: tuple[int, ...]) -> str:
+    return "".join(str(b) for b in mask)
+
+
+def _load_cache(path: Path | None, header: dict) -> dict:
+    if path is None or not path.is_file():
+        return {**header, "evaluations": {}, "history": []}
+    data = json.loads(path.read_text())
+    if data.get("format") != CACHE_FORMAT:
+        raise ValueError(f"{str(path)!r} is not a layer-skip search cache")
+    for key in ("model_fingerprint", "settings", "prompts_digest"):
+        if data.get(key) != header[key]:
+            raise ValueError(f"search cache {str(path)!r} was made with a different {key.replace('_', ' ')} "
+                             f"({data.get(key)!r} vs {header[key]!r}); its timings are not comparable. "
+                             "Use another --cache file or delete this one.")
+    return data
+
+
+def _save_cache(path: Path | None, data: dict) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def machine_info() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
+
+
+# -- search ------------------------------------------------------------------------------------
+def _params_to_mask(params: dict[str, float], keys: list[str]) -> tuple[int, ...]:
+    return tuple(int(float(params[k]) > 0.5) for k in keys)
+
+
+def _mask_to_params(mask: tuple[int, ...], keys: list[str]) -> dict[str, float]:
+    return {k: (0.75 if bit else 0.25) for k, bit in zip(keys, mask)}
+
+
+def seed_masks(layers: int) -> list[tuple[int, ...]]:
+    """Paper-style warm start: attention of the second half of the layers skipped, no MLP."""
+    attention = tuple(range(layers // 2, layers))
+    return [SkipSet(attention=attention).to_mask(layers)]
+
+
+def search_skip_set(
+    model: Any,
+    prompts: list[list[int]],
+    iterations: int = 100,
+    *,
+    settings: SearchSettings | None = None,
+    cache_path: str | Path | None = None,
+    out_path: str | Path | None = None,
+    init_points: int = 5,
+    retime_top: int = 3,
+    retime_repeats: int = 3,
+    seed: int = 1,
+    progress: bool = True,
+    prompts_description: str = "",
+) -> SearchResult:
+    """Search a skip set for `model`; resumes from `cache_path` and writes `out_path` when given.
+
+    `iterations` counts suggestions in total (including ones replayed from the cache), each either
+    timed (a new mask) or answered from the cache (a mask already timed).
+    """
+    from bayes_opt import BayesianOptimization
+    from tqdm.auto import tqdm
+
+    if not prompts:
+        raise ValueError("the search needs at least one calibration prompt")
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    settings = settings or SearchSettings()
+    layers = count_layers(model)
+    keys = [f"a{i:03d}" for i in range(layers)] + [f"m{i:03d}" for i in range(layers)]
+    cache_file = Path(cache_path) if cache_path is not None else None
+    header = {"format": CACHE_FORMAT, "model_fingerprint": model_fingerprint(model), "num_layers": layers,
+              "settings": settings.model_dump(), "prompts_digest": _prompts_digest(prompts)}
+    cache = _load_cache(cache_file, header)
+    cache.setdefault("machine", machine_info())
+    evaluations: dict[str, dict] = cache["evaluations"]
+    history: list[dict] = cache["history"]
+
+    optimizer = BayesianOptimization(f=None, pbounds={k: (0.0, 1.0) for k in keys}, random_state=seed, verbose=0,
+                                     allow_duplicate_points=True)
+    optimizer.set_gp_params(alpha=1e-2)  # the paper's setting: absorbs timing noise
+    for entry in history:
+        optimizer.register(params=dict(zip(keys, entry["params"])), target=entry["target"])
+
+    if "baseline" not in cache:
+        measure(model, prompts[:1], None, settings)  # warm-up (allocator, kernels, tree check)
+        cache["baseline"] = asdict(measure(model, prompts, None, settings))
+        _save_cache(cache_file, cache)
+
+    queued = [_mask_to_params(m, keys) for m in seed_masks(layers)]
+    queued += optimizer.random_sample(max(0, init_points))
+    bar = tqdm(total=iterations, initial=min(len(history), iterations), desc="search-layers", disable=not progress)
+    try:
+        while len(history) < iterations:
+            index = len(history)
+            params = queued[index] if index < len(queued) else optimizer.suggest()
+            params = {k: float(params[k]) for k in keys}
+            mask = _params_to_mask(params, keys)
+            key = _mask_key(mask)
+            cached = key in evaluations
+            if not cached:
+                evaluations[key] = asdict(measure(model, prompts, SkipSet.from_mask(mask), settings))
+            target = evaluations[key]["tokens_per_second"]
+            optimizer.register(params=params, target=target)
+            best = max(target, max((h["target"] for h in history), default=target))
+            history.append({"iteration": index, "params": [params[k] for k in keys], "mask": key, "target": target,
+                            "cached": cached, "best_so_far": best})
+            _save_cache(cache_file, cache)
+            bar.update(1)
+            bar.set_postfix(best=f"{best:.1f} tok/s", base=f"{cache['baseline']['tokens_per_second']:.1f}")
+    finally:
+        bar.close()
+
+    # Re-time the best few masks, interleaved with the baseline, and pick by median.
+    ranked = sorted(evaluations.items(), key=lambda item: -item[1]["tokens_per_second"])[: max(1, retime_top)]
+    runs: dict[str, list[Measurement]] = {key: [] for key, _ in ranked}
+    baseline_runs: list[Measurement] = []
+    for _ in range(max(1, retime_repeats)):
+        baseline_runs.append(measure(model, prompts, None, settings))
+        for key, _ in ranked:
+            runs[key].append(measure(model, prompts, SkipSet.from_mask(tuple(int(c) for c in key)), settings))
+    baseline = statistics.median(m.tokens_per_second for m in baseline_runs)
+    retimed = []
+    for key, first in ranked:
+        speeds = [m.tokens_per_second for m in runs[key]]
+        retimed.append({"mask": key, "skip": SkipSet.from_mask(tuple(int(c) for c in key)).model_dump(),
+                        "search_tokens_per_second": first["tokens_per_second"],
+                        "tokens_per_second_median": statistics.median(speeds), "tokens_per_second_runs": speeds,
+                        "tau": runs[key][-1].tau, "acceptance": runs[key][-1].acceptance})
+    retimed.sort(key=lambda r: -r["tokens_per_second_median"])
+    cache["retimed"] = retimed
+    cache["retimed_baseline_tokens_per_second"] = [m.tokens_per_second for m in baseline_runs]
+    _save_cache(cache_file, cache)
+
+    winner = retimed[0]
+    skip = SkipSet.from_mask(tuple(int(c) for c in winner["mask"]))
+    result = SearchResult(skip=skip, tokens_per_second=winner["tokens_per_second_median"],
+                          baseline_tokens_per_second=baseline,
+                          speedup=winner["tokens_per_second_median"] / baseline if baseline > 0 else 0.0,
+                          history=history, retimed=retimed)
+    if out_path is not None:
+        metadata = {
+            "found_by": "specdec search-layers (Bayesian optimisation of measured greedy tokens/s)",
+            "iterations": len(history), "distinct_sets_timed": len(evaluations),
+            "tokens_per_second": result.tokens_per_second, "baseline_tokens_per_second": baseline,
+            "speedup": result.speedup, "tau": winner["tau"], "acceptance": winner["acceptance"],
+            "settings": settings.model_dump(), "prompts": prompts_description or f"{len(prompts)} prompts",
+            "prompts_digest": header["prompts_digest"], "machine": machine_info(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        result.out_path = save_skip_set(out_path, skip, model, metadata)
+    return result
+
+
+# -- command line ------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specdec search-layers",
+        description="Bayesian search of the attention/MLP blocks to skip for layer-skip self-speculation. "
+                    "The objective is measured greedy tokens/s, so run it on the machine you serve from.")
+    parser.add_argument("--model", required=True, help='local model directory, or "default" for the bundled model')
+    parser.add_argument("--prompts", action="append", default=[], metavar="FILE",
+                        help="calibration prompts (.jsonl with prompt/question/text/turns, or text one per line); "
+                             "repeatable; default: chunks of Python stdlib source. Do not use evaluation data.")
+    parser.add_argument("--num-prompts", type=int, default=8, help="prompts used (taken evenly from each file)")
+    parser.add_argument("--prompt-tokens", type=int, default=128, help="keep the last N tokens of each prompt")
+    parser.add_argument("--iterations", type=int, default=100, help="total BO iterations (resumed ones count)")
+    parser.add_argument("--init-points", type=int, default=5, help="random points before the GP steers")
+    parser.add_argument("--out", default="layer_skip.json", help="skip-set file to write")
+    parser.add_argument("--cache", default=None, help="search cache (default: OUT with .search.json)")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--max-draft", type=int, default=8)
+    parser.add_argument("--retime-top", type=int, default=3)
+    parser.add_argument("--retime-repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from specdec.api import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_model(args.model)
+    if args.prompts:
+        per_file = max(1, args.num_prompts // len(args.prompts))
+        texts = []
+        for path in args.prompts:
+            texts += read_prompt_file(path)[:per_file]
+        description = ", ".join(f"{p} (first {per_file})" for p in args.prompts)
+    else:
+        texts = default_calibration_texts(args.num_prompts)
+        description = "Python stdlib source chunks: " + ", ".join(CALIBRATION_MODULES[: len(texts)])
+    prompts = encode_prompts(texts[: args.num_prompts], tokenizer, args.prompt_tokens)
+    out = Path(args.out)
+    cache = Path(args.cache) if args.cache else out.with_suffix(".search.json")
+    settings = SearchSettings(max_new_tokens=args.max_new_tokens, max_draft=args.max_draft)
+    result = search_skip_set(model, prompts, args.iterations, settings=settings, cache_path=cache, out_path=out,
+                             init_points=args.init_points, retime_top=args.retime_top,
+                             retime_repeats=args.retime_repeats, seed=args.seed, progress=not args.quiet,
+                             prompts_description=description)
+    print(f"best skip set: {result.skip.describe()}")
+    print(f"  {result.tokens_per_second:.1f} tok/s vs plain greedy {result.baseline_tokens_per_second:.1f} tok/s "
+          f"(speedup {result.speedup:.2f}x, re-timed median)")
+    print(f"  written to {result.out_path}; search cache {cache}")
+    return 0

@@ -1,0 +1,247 @@
+"""layer_skip drafter: lossless greedy on every architecture, cache left intact, clear errors, search."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
+from specdec.drafters.layerskip.adaptive import AdaptiveOptions, ExitState
+from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
+from specdec.drafters.layerskip.search import SearchSettings, main, search_skip_set
+from specdec.drafters.layerskip.skipping import LayerSkipper
+from specdec.drafters.layerskip.skipset import SkipSet, load_skip_set, model_fingerprint, save_skip_set
+
+import specdec
+from specdec.errors import DrafterError, PluginOptionsError, UnsupportedModelError
+from specdec.sampling import SamplingParams, process_logits
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models are dispatch-bound; one thread avoids oversubscribing a shared CPU."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _drafter(skip, **options) -> LayerSkipDrafter:
+    return LayerSkipDrafter(LayerSkipOptions(skip=skip, **options))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_token_identical(arch: str) -> None:
+    model = tiny_model(arch, layers=3)
+    skip = {"attention": [1, 2], "mlp": [0]}
+    for prompt, adaptive in (([3, 14, 15, 92, 65], True), ([27, 18], False)):
+        expected = hf_greedy(model, prompt, 20)
+        out = specdec.generate(model, prompt, drafter=_drafter(skip, max_draft=4, adaptive=adaptive),
+                               verifier="exact", max_new_tokens=20)
+        assert out.sequences[0] == expected
+        assert out.stats.drafted_tokens > 0
+
+
+def test_greedy_batch_identical() -> None:
+    model = tiny_model("llama", layers=3)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [40, 41], [1, 2, 3, 4]]
+    out = specdec.generate(model, prompts, drafter=_drafter({"attention": [2], "mlp": [1]}, max_draft=3),
+                           verifier="exact", max_new_tokens=16)
+    for prompt, got in zip(prompts, out.sequences):
+        assert got == hf_greedy(model, prompt, 16)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_skipping_nothing_is_a_perfect_draft(arch: str) -> None:
+    """The unskipped model must reproduce the target exactly: any cache mix-up would show here."""
+    model = tiny_model(arch, layers=2)
+    prompts = [[9, 8, 7, 6, 5], [11, 12]]
+    out = specdec.generate(model, prompts, drafter=_drafter({}, max_draft=4, adaptive=False), verifier="exact",
+                           max_new_tokens=20)
+    assert out.stats.acceptance_rate == 1.0
+    assert out.stats.mean_accepted == pytest.approx(5.0)  # 4 drafts + bonus on every step
+    for prompt, got in zip(prompts, out.sequences):
+        assert got == hf_greedy(model, prompt, 20)
+
+
+class _CacheWatchingDrafter(LayerSkipDrafter):
+    """Snapshots the committed part of every row's KV before and after each propose."""
+
+    def propose(self, state):
+        target = state.target
+        before = self._committed(target)
+        draft = super().propose(state)
+        after = self._committed(target)
+        assert len(before) == len(after)
+        for (k0, v0), (k1, v1) in zip(before, after):
+            assert torch.equal(k0, k1) and torch.equal(v0, v1)
+        self.checked = getattr(self, "checked", 0) + 1
+        return draft
+
+    @staticmethod
+    def _committed(target):
+        snapshot = []
+        for layer in target.cache.layers:
+            for row, length in enumerate(target.lengths.tolist()):
+                snapshot.append((layer.keys[row, :, :length].clone(), layer.values[row, :, :length].clone()))
+        return snapshot
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_drafting_leaves_committed_cache_unchanged(temperature: float) -> None:
+    model = tiny_model("qwen2", layers=3)
+    drafter = _CacheWatchingDrafter(LayerSkipOptions(skip={"attention": [1], "mlp": [2]}, max_draft=4))
+    specdec.generate(model, [[1, 2, 3, 4, 5, 6], [7, 8]], drafter=drafter, verifier="exact", max_new_tokens=12,
+                     temperature=temperature, seed=0)
+    assert drafter.checked > 0
+
+
+def test_sampled_drafts_return_the_exact_q() -> None:
+    """q must be process_logits of the skipped model's logits, with the same sampling params."""
+    model = tiny_model("llama", layers=3)
+    params = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)
+    skip = SkipSet(attention=(2,), mlp=(1,))
+    captured = {}
+
+    class Capture(LayerSkipDrafter):
+        def propose(self, state):
+            draft = super().propose(state)
+            captured.setdefault("first", (list(state.sequences[0]), draft))
+            return draft
+
+    drafter = Capture(LayerSkipOptions(skip=skip, max_draft=3, adaptive=False))
+    specdec.generate(model, [4, 5, 6, 7], drafter=drafter, verifier="exact", max_new_tokens=4, temperature=0.7,
+                     top_k=20, top_p=0.9, seed=1)
+    sequence, draft = captured["first"]
+    assert draft.q is not None and draft.q.shape == (1, int(draft.num_nodes[0]), VOCAB)
+    chain = sequence + draft.tokens[0].tolist()
+    with torch.no_grad(), LayerSkipper(model, skip.attention, skip.mlp):
+        logits = model(torch.tensor([chain]), use_cache=False).logits[0]
+    for i in range(int(draft.num_nodes[0])):
+        expected = process_logits(logits[len(sequence) - 1 + i], params)
+        torch.testing.assert_close(draft.q[0, i], expected, atol=1e-5, rtol=1e-4)
+        assert draft.q[0, i, draft.tokens[0, i]] > 0
+
+
+def test_skipper_restores_modules() -> None:
+    model = tiny_model("llama", layers=2)
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        reference = model(ids).logits
+        with LayerSkipper(model, [0, 1], [0, 1]):
+            skipped = model(ids).logits
+        again = model(ids).logits
+    assert not torch.allclose(reference, skipped)
+    assert torch.equal(reference, again)
+    assert "forward" not in model.model.layers[0].self_attn.__dict__
+
+
+def test_skipping_everything_is_embedding_to_head() -> None:
+    model = tiny_model("llama", layers=2)
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad(), LayerSkipper(model, [0, 1], [0, 1]):
+        logits = model(ids).logits
+    expected = model.lm_head(model.model.norm(model.model.embed_tokens(ids)))
+    torch.testing.assert_close(logits, expected)
+
+
+def test_skip_set_for_another_model_is_refused(tmp_path) -> None:
+    model_a, model_b = tiny_model("llama", seed=0), tiny_model("llama", seed=1)
+    assert model_fingerprint(model_a) != model_fingerprint(model_b)
+    path = save_skip_set(tmp_path / "skip.json", SkipSet(attention=(1,)), model_a)
+    assert load_skip_set(path, model_a) == SkipSet(attention=(1,))
+    with pytest.raises(DrafterError, match="another model"):
+        specdec.generate(model_b, [1, 2, 3], drafter="layer_skip", drafter_options={"skip": str(path)},
+                         max_new_tokens=4)
+
+
+def test_nonexistent_layer_is_refused(tmp_path) -> None:
+    model = tiny_model("llama", layers=2)
+    with pytest.raises(DrafterError, match=r"mlp layer\(s\) \[5\] that do not exist"):
+        specdec.generate(model, [1, 2, 3], drafter="layer_skip",
+                         drafter_options={"skip": {"attention": [1], "mlp": [5]}}, max_new_tokens=4)
+    # a file naming a missing layer, with the right fingerprint, is refused too
+    path = save_skip_set(tmp_path / "skip.json", SkipSet(attention=(1,)), model)
+    data = json.loads(path.read_text())
+    data["attention"] = [2]
+    path.write_text(json.dumps(data))
+    with pytest.raises(DrafterError, match="do not exist"):
+        specdec.generate(model, [1, 2, 3], drafter="layer_skip", drafter_options={"skip": str(path)},
+                         max_new_tokens=4)
+    with pytest.raises(PluginOptionsError, match=">= 0"):
+        specdec.generate(model, [1, 2, 3], drafter="layer_skip", drafter_options={"skip": {"attention": [-1]}})
+
+
+def test_missing_skip_set_and_unsupported_models() -> None:
+    with pytest.raises(DrafterError, match="search-layers"):
+        specdec.generate(tiny_model("llama"), [1, 2, 3], drafter="layer_skip", max_new_tokens=4)
+    from transformers import OPTConfig, OPTForCausalLM
+
+    opt = OPTForCausalLM(OPTConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, ffn_dim=64,
+                                   num_attention_heads=2, max_position_embeddings=64, word_embed_proj_dim=32,
+                                   do_layer_norm_before=False)).eval()
+    with pytest.raises(UnsupportedModelError, match="post-LayerNorm"):
+        LayerSkipper(opt, [1], [])
+
+
+def test_adaptive_update_rule() -> None:
+    options = AdaptiveOptions()  # gamma0 .6, eps .01, beta1 .5, beta2 .9, alpha .9
+    state = ExitState(gamma=0.6)
+    state.update(accepted=1, drafted=4, max_draft=12, options=options)  # AR = .25 <= alpha: raise
+    assert state.acceptance == 0.25 and state.gamma == pytest.approx(0.601)
+    state.update(accepted=4, drafted=4, max_draft=12, options=options)  # AR = .625: still raise
+    assert state.acceptance == pytest.approx(0.625) and state.gamma == pytest.approx(0.602)
+    state.update(accepted=4, drafted=4, max_draft=12, options=options)  # AR .8125: raise
+    assert state.gamma == pytest.approx(0.603)
+    state.update(accepted=4, drafted=4, max_draft=12, options=options)  # AR .906 > alpha: lower
+    assert state.acceptance == pytest.approx(0.90625) and state.gamma == pytest.approx(0.602)
+    before = state.gamma
+    state.update(accepted=12, drafted=12, max_draft=12, options=options)  # at max length: unchanged
+    assert state.gamma == before
+
+
+def test_adaptive_exit_drafts_less_than_fixed() -> None:
+    model = tiny_model("llama", layers=3)
+    skip = {"attention": [1, 2], "mlp": [2]}
+    fixed = specdec.generate(model, [5, 6, 7], drafter=_drafter(skip, max_draft=6, adaptive=False),
+                             verifier="exact", max_new_tokens=24)
+    adaptive = specdec.generate(model, [5, 6, 7], drafter=_drafter(skip, max_draft=6, gamma0=0.99),
+                                verifier="exact", max_new_tokens=24)
+    assert fixed.sequences == adaptive.sequences
+    assert adaptive.stats.drafted_tokens / adaptive.stats.steps < fixed.stats.drafted_tokens / fixed.stats.steps
+
+
+def test_search_writes_loadable_file_and_resumes(tmp_path) -> None:
+    model = tiny_model("llama", layers=2)
+    prompts = [[1, 2, 3, 4], [9, 10]]
+    settings = SearchSettings(max_new_tokens=6, max_draft=3)
+    cache, out = tmp_path / "cache.json", tmp_path / "skip.json"
+    kwargs = dict(settings=settings, cache_path=cache, out_path=out, init_points=1, retime_top=1, retime_repeats=1,
+                  progress=False)
+    first = search_skip_set(model, prompts, 2, **kwargs)
+    assert load_skip_set(out, model) == first.skip
+    timed = json.loads(cache.read_text())["evaluations"]
+    assert len(first.history) == 2 and 1 <= len(timed) <= 2
+
+    second = search_skip_set(model, prompts, 3, **kwargs)
+    assert len(second.history) == 3
+    assert [h["mask"] for h in second.history[:2]] == [h["mask"] for h in first.history]
+    data = json.loads(cache.read_text())
+    assert all(data["evaluations"][key] == value for key, value in timed.items())  # not re-timed
+    # the shipped file is used by the drafter
+    result = specdec.generate(model, [1, 2, 3], drafter="layer_skip", drafter_options={"skip": str(out)},
+                              max_new_tokens=5)
+    assert result.sequences[0] == hf_greedy(model, [1, 2, 3], 5)
+
+
+def test_search_cli_rejects_cache_of_other_settings(tmp_path) -> None:
+    model = tiny_model("llama", layers=2)
+    settings = SearchSettings(max_new_tokens=4, max_draft=2)
+    search_skip_set(model, [[1, 2, 3]], 1, settings=settings, cache_path=tmp_path / "c.json", init_points=0,
+                    retime_top=1, retime_repeats=1, progress=False)
+    with pytest.raises(ValueError, match="different settings"):
+        search_skip_set(model, [[1, 2, 3]], 1, settings=SearchSettings(max_new_tokens=5, max_draft=2),
+                        cache_path=tmp_path / "c.json", progress=False)
+    with pytest.raises(SystemExit):
+        main(["--help"])
