@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import platform
+import time
 from pathlib import Path
 
 import torch
@@ -38,3 +39,150 @@ def load_profile(path: str | Path) -> dict:
     if not isinstance(data, dict) or "devices" not in data:
         raise ValueError(f"{path} is not a specdec PPD profile (no 'devices' key)")
     return data
+
+
+def save_profile(path: str | Path, fingerprint: str, key: str, entry: dict) -> dict:
+    """Merge one device's entry into the profile file (other devices' entries are kept)."""
+    path = Path(path)
+    data = load_profile(path) if path.is_file() else {"fingerprint": fingerprint, "devices": {}}
+    if data.get("fingerprint") != fingerprint:
+        data = {"fingerprint": fingerprint, "devices": {}}  # a new checkpoint: old timings are meaningless
+    data["devices"][key] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def _tree_inputs(tree) -> tuple[torch.Tensor, int]:
+    """Input-index parents [1, T] of a state tree laid out as the engine does: [root, nodes, prompts]."""
+    layout = tree.layout(1)
+    nodes = len(layout["cand_depth"])
+    parents = [0] + [p + 1 for p in layout["cand_parent"]]
+    for anchor, previous in zip(layout["anchor_node"], layout["parent_slot"]):
+        parents.append(1 + nodes + previous if previous >= 0 else anchor + 1)
+    return torch.tensor([parents]), len(parents)
+
+
+def measure_latency(model, trees_by_size: dict[int, object], context: int, repeats: int, seed: int = 0
+                    ) -> dict[int, float]:
+    """Median seconds of one verification forward (mask building included) per tree size, on a
+    prefix of `context` tokens. Sizes are interleaved each round so load drift on a shared machine
+    hits all sizes alike. Size 0 = plain decoding (one input token)."""
+    from specdec.engine import tree_layout
+    from specdec.target import TargetRunner
+
+    vocab = model.get_input_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(0, vocab, (1, context), generator=generator)
+    inputs = {0: (torch.zeros(1, 1, dtype=torch.long), 1)}
+    for size, trees in trees_by_size.items():
+        inputs[size] = _tree_inputs(trees.trees[trees.num_prompts])
+    biggest = max(count for _, count in inputs.values())
+    runner = TargetRunner(model, 1, context + biggest + 2)
+    runner.prefill(prefix, torch.tensor([context]))
+    times: dict[int, list[float]] = {size: [] for size in inputs}
+    for round_index in range(repeats + 1):
+        for size, (parents, count) in inputs.items():
+            token_ids = torch.randint(0, vocab, (1, count), generator=generator)
+            start = time.perf_counter()
+            depths, visible = tree_layout(parents)
+            runner.verify_forward(token_ids, depths, visible)
+            elapsed = time.perf_counter() - start
+            if round_index:  # the first round warms up
+                times[size].append(elapsed)
+    runner.release()
+    return {size: sorted(values)[len(values) // 2] for size, values in times.items()}
+
+
+def plot_profile(entry: dict, path: str | Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = entry["sizes"]
+    tau, latency = entry["tau"], [1000 * t for t in entry["latency_s"]]
+    ratio = [t / lat for t, lat in zip(tau, latency)]
+    best = entry["best_size"]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, values, label in zip(axes, (tau, latency, ratio),
+                                 ("tau(n) expected tokens/step", "latency(n) ms per forward",
+                                  "tau(n)/latency(n) tokens per ms")):
+        ax.plot(sizes, values, "o-")
+        ax.axvline(best, color="red", linestyle="--", label=f"chosen n*={best}")
+        ax.set_xlabel("tree size n (candidates + prompts)")
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[1].axhline(1000 * entry["latency_plain_s"], color="gray", linestyle=":", label="plain decode (1 token)")
+    axes[2].axhline(1.0 / (1000 * entry["latency_plain_s"]), color="gray", linestyle=":", label="plain decode")
+    for ax in axes:
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def build_parser():
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="specdec profile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help='local model directory or "default"')
+    parser.add_argument("--checkpoint", default=None, help="PPD prompt checkpoint (default: the shipped one "
+                        "for --model default)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 12, 16, 24, 32, 48, 64, 96, 128])
+    parser.add_argument("--tree", choices=["dynamic", "static"], default="dynamic")
+    parser.add_argument("--context", type=int, default=256, help="prefix length while timing")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--out", default=None, help="profile JSON (default: beside the checkpoint)")
+    parser.add_argument("--plot", default=None, help="also write the tau/latency plot here (PNG)")
+    parser.add_argument("--threads", type=int, default=None)
+    return parser
+
+
+def run_profile(model, checkpoint, sizes: list[int], tree: str, context: int, repeats: int) -> dict:
+    """Profile entry for this device: sizes, tau, latency, and the size maximising tau/latency."""
+    from .drafter import _cached_trees
+    from .trees import prior_accuracies
+
+    accuracies = checkpoint.accuracies or prior_accuracies(checkpoint.num_prompts)
+    trees = {n: _cached_trees(json.dumps(accuracies), checkpoint.num_prompts, n, tree) for n in sizes}
+    latency = measure_latency(model, trees, context, repeats)
+    tau = [trees[n].expected_tau for n in sizes]
+    ratio = [t / latency[n] for t, n in zip(tau, sizes)]
+    best = sizes[max(range(len(sizes)), key=ratio.__getitem__)]
+    return {"sizes": sizes, "tau": tau, "latency_s": [latency[n] for n in sizes], "latency_plain_s": latency[0],
+            "inputs_per_step": [trees[n].trees[trees[n].num_prompts].num_inputs for n in sizes],
+            "best_size": best, "tree": tree, "context": context, "repeats": repeats,
+            "torch_threads": torch.get_num_threads(),
+            "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "tau_from": "measured accuracies" if checkpoint.accuracies else "prior (untrained)"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from specdec.api import load_model
+
+    from .drafter import default_checkpoint_path, profile_path_for
+    from .prompts import PromptCheckpoint
+
+    model, _ = load_model(args.model)
+    if args.checkpoint is None and args.model != "default":
+        raise SystemExit("specdec profile: --checkpoint is required unless --model default")
+    checkpoint_path = Path(args.checkpoint) if args.checkpoint else default_checkpoint_path()
+    checkpoint = PromptCheckpoint.load(checkpoint_path)
+    checkpoint.check_model(model, str(checkpoint_path))
+    key = device_key(model.get_input_embeddings().weight.device)
+    entry = run_profile(model, checkpoint, sorted(set(args.sizes)), args.tree, args.context, args.repeats)
+    out = Path(args.out) if args.out else profile_path_for(checkpoint_path)
+    save_profile(out, checkpoint.fingerprint, key, entry)
+    for n, t, lat in zip(entry["sizes"], entry["tau"], entry["latency_s"]):
+        print(f"n={n:4d} tau={t:.3f} latency={1000 * lat:7.2f} ms  tau/latency={t / (1000 * lat):.3f}/ms")
+    print(f"plain decode latency {1000 * entry['latency_plain_s']:.2f} ms; best size for {key}: {entry['best_size']}"
+          f" -> {out}")
+    if args.plot:
+        plot_profile(entry, args.plot, f"PPD hardware profile on {key}")
+        print(f"plot -> {args.plot}")
+    return 0

@@ -1,0 +1,285 @@
+"""PPD drafter: token identity with greedy decoding, prompt-slot semantics, trees, training, checkpoints,
+hardware profiles. Tiny random models only (untrained prompts accept rarely, which is fine here)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
+from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions
+from specdec.drafters.ppd.profile import device_key, run_profile, save_profile
+from specdec.drafters.ppd.prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
+from specdec.drafters.ppd.train import read_texts, train
+from specdec.drafters.ppd.trees import (
+    build_dynamic_trees,
+    build_static_tree,
+    expected_tau,
+    prior_accuracies,
+    stationary,
+)
+
+import specdec
+from specdec.errors import PluginOptionsError
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The CPU is shared: one thread avoids oversubscription stalls that make tiny models 20x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _prompts(seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in (5, 11)]
+
+
+# -- greedy identity ------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_identical_dynamic_tree(arch: str) -> None:
+    model = tiny_model(arch)
+    prompts = _prompts(len(arch))
+    out = specdec.generate(model, prompts, drafter="ppd", verifier="exact", max_new_tokens=20,
+                           drafter_options={"random_init": True, "tree_size": 24})
+    for prompt, got in zip(prompts, out.sequences):
+        assert got == hf_greedy(model, prompt, 20)
+
+
+@pytest.mark.parametrize("options", [
+    {"random_init": True, "tree_size": 40, "num_ept": 3},  # ensemble prompt tokens
+    {"random_init": True, "tree": "static", "tree_size": 16},
+    {"random_init": True, "tree_size": 12, "num_prompts": 2},
+    {"random_init": True, "tree_size": 30, "num_prompts": 4, "num_ept": 2},
+])
+def test_greedy_identical_variants(options: dict) -> None:
+    model = tiny_model("llama", seed=3)
+    for prompt in _prompts(7):
+        out = specdec.generate(model, prompt, drafter="ppd", verifier="exact", max_new_tokens=18,
+                               drafter_options=options)
+        assert out.sequences[0] == hf_greedy(model, prompt, 18)
+
+
+def test_budget_and_context_pruning() -> None:
+    """Near the token budget and the context end the engine prunes nodes and prompt slots; the
+    drafter must cope with fewer (or no) predictions."""
+    model = tiny_model("llama", seed=1)
+    for prompt, budget in (([3, 4, 5], 1), ([3, 4, 5], 2), (list(range(1, 95)) * 3, 14)):
+        prompt = prompt[: 256 - 6] if len(prompt) > 250 else prompt  # context 256: leaves 6 tokens
+        out = specdec.generate(model, prompt, drafter="ppd", verifier="exact", max_new_tokens=budget,
+                               drafter_options={"random_init": True, "tree_size": 30})
+        expected = hf_greedy(model, prompt, min(budget, 256 - len(prompt)))
+        assert out.sequences[0] == expected
+
+
+class _RecordingPPD(PPDDrafter):
+    """Records the predictions the drafter derived after each step."""
+
+    def __init__(self, options) -> None:
+        super().__init__(PPDOptions(**options))
+        self.history: list[tuple[list[int], torch.Tensor]] = []
+
+    def observe(self, state, draft, verdict, committed, extra_logits) -> None:
+        super().observe(state, draft, verdict, committed, extra_logits)
+        row = state.row_ids[0]
+        if row in self._predictions:
+            self.history.append((list(state.sequences[0]), self._predictions[row].clone()))
+
+
+@pytest.mark.parametrize("num_ept", [1, 3])
+def test_prompt_slots_match_appended_prompt_forward(num_ept: int) -> None:
+    """The logits PPD reads from its extra slots equal a plain forward of [committed tokens before the
+    bonus ; prompt chain of group j] averaged over groups: positions, masks and aggregation are right."""
+    model = tiny_model("llama", seed=2)
+    drafter = _RecordingPPD({"random_init": True, "tree_size": 24, "num_ept": num_ept})
+    specdec.generate(model, [7, 8, 9, 10], drafter=drafter, verifier="exact", max_new_tokens=12)
+    table = random_checkpoint(model, 3, num_ept).embeddings  # same seed, same init
+    embed = model.get_input_embeddings()
+    assert len(drafter.history) >= 5
+    for sequence, predictions in drafter.history:
+        anchor_prefix = torch.tensor([sequence[:-1]])  # the bonus token's slot is prompt token 1's
+        reference = []
+        for group in range(num_ept):
+            inputs = torch.cat([embed(anchor_prefix), table[None, :, group]], dim=1)
+            with torch.no_grad():
+                reference.append(model(inputs_embeds=inputs).logits[0, -3:])
+        expected = torch.stack(reference).mean(dim=0)[: predictions.shape[0]]  # accepted node may carry < m
+        assert 1 <= predictions.shape[0] <= 3
+        assert torch.allclose(predictions, expected, atol=1e-4)
+
+
+def test_runs_with_every_verifier_kind_at_temperature() -> None:
+    model = tiny_model("llama")
+    for verifier in ("exact", "rejection", "typical"):
+        try:
+            out = specdec.generate(model, [1, 2, 3], drafter="ppd", verifier=verifier, temperature=0.8, seed=0,
+                                   max_new_tokens=12, drafter_options={"random_init": True, "tree_size": 16})
+        except specdec.PluginNotFoundError:
+            continue  # the verifier is not installed yet in this checkout
+        assert len(out.sequences[0]) == 12
+
+
+def test_options_are_validated() -> None:
+    model = tiny_model("llama")
+    with pytest.raises(PluginOptionsError):
+        specdec.generate(model, [1, 2], drafter="ppd", drafter_options={"tree_size": 1})
+    with pytest.raises(PluginOptionsError):
+        specdec.generate(model, [1, 2], drafter="ppd", drafter_options={"bogus": 1})
+    with pytest.raises(specdec.DrafterError, match="either checkpoint"):
+        specdec.generate(model, [1, 2], drafter="ppd", verifier="exact",
+                         drafter_options={"random_init": True, "checkpoint": "x.safetensors"})
+    with pytest.raises(specdec.DrafterError, match="train-ppd|different model"):
+        specdec.generate(model, [1, 2], drafter="ppd", verifier="exact")  # not the default model
+
+
+# -- trees ----------------------------------------------------------------------------------------
+VICUNA_LIKE = [[0.483, 0.143, 0.074, 0.04, 0.03, 0.02, 0.015, 0.012, 0.01, 0.009],
+               [0.25, 0.1, 0.06, 0.04, 0.03, 0.02, 0.015, 0.012, 0.01, 0.009],
+               [0.15, 0.08, 0.05, 0.04, 0.03, 0.02, 0.015, 0.012, 0.01, 0.009]]
+
+
+@pytest.mark.parametrize("size", [2, 5, 10, 40, 105])
+def test_dynamic_trees_are_well_formed(size: int) -> None:
+    trees = build_dynamic_trees(VICUNA_LIKE, 3, size)
+    assert set(trees.trees) == {0, 1, 2, 3}
+    assert trees.trees[0].paths == ()
+    for state, tree in trees.trees.items():
+        assert tree.size <= size
+        assert all(1 <= len(p) <= max(state, 1) for p in tree.paths)
+        assert all(1 <= i <= 3 for i in tree.prompts)
+        seen = set()
+        for path in tree.paths:  # prefix-closed, parents first
+            assert len(path) == 1 or path[:-1] in seen
+            seen.add(path)
+        layout = tree.layout(2)
+        assert len(layout["embed_row"]) == 2 * (3 + sum(tree.prompts))
+    assert trees.expected_tau == pytest.approx(expected_tau(VICUNA_LIKE, trees))
+
+
+def test_bigger_trees_accept_more_and_prune_prompts_of_unlikely_nodes() -> None:
+    taus = [build_dynamic_trees(VICUNA_LIKE, 3, n).expected_tau for n in (10, 40, 105, 200)]
+    assert taus == sorted(taus) and taus[0] > 1.0
+    tree = build_dynamic_trees(VICUNA_LIKE, 3, 105).trees[3]
+    first = tree.prompts[tree.paths.index((0,))]
+    assert first == 3 and min(tree.prompts) < 3  # likely nodes keep m prompts, unlikely ones lose some
+    static = build_static_tree(VICUNA_LIKE, 3, 105)
+    assert all(i == 3 for t in static.trees.values() for i in t.prompts)
+    assert build_dynamic_trees(VICUNA_LIKE, 3, 105).expected_tau >= static.expected_tau
+
+
+def test_expected_tau_of_single_chain_matches_closed_form() -> None:
+    acc = [[0.5], [0.4], [0.3]]
+    trees = build_static_tree(acc, 3, 12)  # 3 candidates: the chain (0), (0, 0), (0, 0, 0)
+    assert trees.trees[3].paths == ((0,), (0, 0), (0, 0, 0))
+    assert trees.expected_tau == pytest.approx(1 + 0.5 + 0.5 * 0.4 + 0.5 * 0.4 * 0.3)
+
+
+def test_stationary_distribution() -> None:
+    pi = stationary(np.array([[0.5, 0.5], [0.2, 0.8]]))
+    assert pi.sum() == pytest.approx(1.0)
+    assert pi == pytest.approx([2 / 7, 5 / 7])
+
+
+def test_bad_accuracies_rejected() -> None:
+    with pytest.raises(ValueError):
+        build_dynamic_trees([[0.9, 0.5]], 1, 10)
+    with pytest.raises(ValueError):
+        build_dynamic_trees(prior_accuracies(2), 3, 10)
+
+
+# -- training and checkpoints ---------------------------------------------------------------------
+class _CharTokenizer:
+    eos_token_id = None
+
+    def __call__(self, text: str) -> dict:
+        return {"input_ids": [ord(c) % VOCAB for c in text]}
+
+
+def _train_args(tmp_path, **overrides) -> argparse.Namespace:
+    data = tmp_path / "train.jsonl"
+    data.write_text("\n".join(json.dumps({"question": f"q {i} " * 20, "answer": f"a {i * 7} " * 30})
+                              for i in range(20)))
+    values = dict(model="unused", data=[str(data)], out=str(tmp_path / "p.safetensors"), steps=6, batch_size=2,
+                  max_len=24, num_prompts=3, num_ept=2, lr=1e-2, decay=0.8, eval_samples=8,
+                  heldout_fraction=0.05, max_docs=None, save_every=3, resume=False, seed=0, threads=None)
+    values.update(overrides)
+    return argparse.Namespace(**values)
+
+
+def test_training_checkpoint_roundtrip_and_wrong_model(tmp_path) -> None:
+    model = tiny_model("llama", seed=4)
+    args = _train_args(tmp_path)
+    before = random_checkpoint(model, 3, 2).embeddings
+    checkpoint = train(args, model, _CharTokenizer())
+    loaded = PromptCheckpoint.load(args.out)
+    assert loaded.embeddings.shape == (3, 2, 64)
+    assert not torch.equal(loaded.embeddings, before)  # it trained
+    assert torch.equal(loaded.embeddings, checkpoint.embeddings)
+    assert len(loaded.accuracies) == 3 and all(0 <= sum(row) <= 1 for row in loaded.accuracies)
+    assert (tmp_path / "p.safetensors.train.pt").is_file()
+    assert all(p.requires_grad is False for p in model.parameters())
+
+    prompt = [4, 5, 6, 7]
+    out = specdec.generate(model, prompt, drafter="ppd", verifier="exact", max_new_tokens=10,
+                           drafter_options={"checkpoint": args.out, "tree_size": 20})
+    assert out.sequences[0] == hf_greedy(model, prompt, 10)
+
+    other = tiny_model("llama", seed=5)  # same shapes, different weights
+    with pytest.raises(PPDCheckpointError, match="different model"):
+        specdec.generate(other, prompt, drafter="ppd", verifier="exact", max_new_tokens=4,
+                         drafter_options={"checkpoint": args.out, "tree_size": 20})
+    narrow = PromptCheckpoint(torch.zeros(3, 1, 32), checkpoint.fingerprint)
+    with pytest.raises(PPDCheckpointError, match="hidden size"):
+        narrow.check_model(model)
+    with pytest.raises(PPDCheckpointError, match="does not exist"):
+        PromptCheckpoint.load(tmp_path / "missing.safetensors")
+
+
+def test_training_resumes(tmp_path) -> None:
+    model = tiny_model("llama", seed=4)
+    full = train(_train_args(tmp_path, out=str(tmp_path / "a.safetensors"), num_ept=1), model, _CharTokenizer())
+    train(_train_args(tmp_path, out=str(tmp_path / "b.safetensors"), num_ept=1, steps=3), model, _CharTokenizer())
+    resumed = train(_train_args(tmp_path, out=str(tmp_path / "b.safetensors"), num_ept=1, resume=True),
+                    model, _CharTokenizer())
+    # The 3-step run saved its state at step 3; resuming runs only steps 4..6 on top of it.
+    state = torch.load(tmp_path / "b.safetensors.train.pt", weights_only=False)
+    assert state["step"] == 6 and len(state["losses"]) == 6
+    assert resumed.info["steps"] == 6 and full.embeddings.shape == resumed.embeddings.shape
+
+
+def test_training_refuses_evaluation_sets(tmp_path) -> None:
+    bad = tmp_path / "humaneval"
+    bad.mkdir()
+    (bad / "x.txt").write_text("def f(): pass")
+    with pytest.raises(ValueError, match="evaluation set"):
+        read_texts([bad])
+
+
+# -- hardware profile -----------------------------------------------------------------------------
+def test_profile_is_used_only_on_its_own_device(tmp_path) -> None:
+    model = tiny_model("llama")
+    checkpoint = random_checkpoint(model)
+    path = tmp_path / "ppd_prompts.safetensors"
+    checkpoint.save(path)
+    entry = run_profile(model, checkpoint, [4, 8, 16], "dynamic", context=16, repeats=2)
+    assert entry["best_size"] in (4, 8, 16) and len(entry["latency_s"]) == 3
+    profile = tmp_path / "ppd_prompts.profile.json"
+    save_profile(profile, checkpoint.fingerprint, device_key("cpu"), dict(entry, best_size=8))
+    drafter = PPDDrafter(PPDOptions(checkpoint=str(path)))
+    specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=3)
+    assert drafter.tree_size == 8
+
+    foreign = tmp_path / "foreign.json"
+    save_profile(foreign, checkpoint.fingerprint, "cuda:Some GPU", dict(entry, best_size=16))
+    drafter = PPDDrafter(PPDOptions(checkpoint=str(path), profile=str(foreign)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=3)
+    assert drafter.tree_size != 16
+    assert any("not reusing another device" in str(w.message) for w in caught)
