@@ -19,6 +19,9 @@ from specdec import DecodeState, Draft, Drafter
 
 VOCAB = 96
 
+# Tiny models gain nothing from intra-op threads; one thread keeps parallel test runs from thrashing.
+torch.set_num_threads(1)
+
 
 def tiny_model(arch: str = "llama", vocab: int = VOCAB, layers: int = 2, seed: int = 0, **overrides):
     """A random-init causal LM small enough for unit tests; eos disabled so runs go to max length."""
