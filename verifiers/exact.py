@@ -15,9 +15,12 @@ from specdec.plugins import Verifier
 from specdec.sampling import SamplingParams, sample_or_argmax
 
 
-def longest_accepted_path(draft: Draft, node_ok: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def longest_accepted_path(
+    draft: Draft, node_ok: torch.Tensor, tie_score: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Given per-node acceptance `node_ok` [B, N] (a node is acceptable given its parent), find
-    the deepest node whose whole ancestor chain is acceptable (first such node on ties).
+    the deepest node whose whole ancestor chain is acceptable. Among equally deep nodes the one
+    with the highest `tie_score` [B, N] wins if given; otherwise (and among equal scores) the first.
 
     Returns (path [B, N] of node indices, -1 padded; path length [B]; deepest node [B], -1 = root).
     One iteration per tree level, vectorised over rows and nodes.
@@ -35,7 +38,13 @@ def longest_accepted_path(draft: Draft, node_ok: torch.Tensor) -> tuple[torch.Te
     depths = node_depths(parents, valid)
     scored = torch.where(chain_ok, depths, 0)
     length = scored.max(dim=1).values if draft.width else torch.zeros(draft.batch_size, dtype=torch.long)
-    deepest = scored.argmax(dim=1) if draft.width else torch.full((draft.batch_size,), -1, dtype=torch.long)
+    if draft.width and tie_score is not None:
+        deepest_ones = chain_ok & (depths == length[:, None])
+        deepest = torch.where(deepest_ones, tie_score.float(), float("-inf")).argmax(dim=1)
+    elif draft.width:
+        deepest = scored.argmax(dim=1)
+    else:
+        deepest = torch.full((draft.batch_size,), -1, dtype=torch.long)
     deepest = torch.where(length > 0, deepest, -1)
     return path_to(parents, deepest, length, draft.width), length, deepest
 
