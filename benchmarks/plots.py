@@ -48,7 +48,7 @@ def tau_distribution(cells: list[dict[str, Any]], path: Path, title: str) -> Pat
     if not cells:
         return None
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(cells) + 1.8))
-    ax.boxplot([c["per_sample_tau"] for c in cells], vert=False, showmeans=True)
+    ax.boxplot([c["per_sample_tau"] for c in cells], orientation="horizontal", showmeans=True)
     ax.set_yticks(range(1, len(cells) + 1), [_name(c) for c in cells])
     ax.set_xlabel("tau per sample: tokens committed per step, bonus included (1.0 = no speculation)")
     ax.set_title(title)

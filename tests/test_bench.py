@@ -1,0 +1,261 @@
+"""The benchmark harness on tiny random models: Ray vs local equality, resuming, bad input, reporting.
+
+No timing is asserted anywhere; only outputs, taus, counts and error messages.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_model
+from specdec.benchmarks import execute
+from specdec.benchmarks.cli import main as bench_main
+from specdec.benchmarks.config import SweepConfig, check_plugins
+from specdec.benchmarks.datasets import DatasetError, PromptBuilder, load_dataset
+from specdec.benchmarks.metrics import summarize
+from specdec.benchmarks.report import write_report
+from specdec.benchmarks.runner import RESULTS_FILE, run_sweep
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from specdec import Draft, Drafter, Verdict, Verifier, register_drafter, register_verifier
+from specdec.errors import PluginLoadError, PluginNotFoundError, PluginOptionsError
+from specdec.registry import unregister
+
+VOCAB = 300
+
+
+def _tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<eos>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 10, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    """A tiny Llama target with a tokenizer beside it, saved like any local model directory."""
+    root = tmp_path_factory.mktemp("bench_model")
+    tiny_model("llama", vocab=VOCAB).save_pretrained(root / "target")
+    _tokenizer().save_pretrained(root / "target")
+    return root / "target"
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bench_data")
+    spec = root / "question.jsonl"
+    rows = [
+        {"question_id": 1, "category": "writing", "turns": ["Write about a fox.", "Now make it shorter."]},
+        {"question_id": 2, "category": "qa", "turns": ["who is the lazy dog"]},
+    ]
+    spec.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = root / "prompts.txt"
+    text.write_text("the quick brown fox\nthe lazy dog jumps over\n")
+    return {"spec": spec, "text": text}
+
+
+def _config(model_dir: Path, dataset: dict, drafters: list, **extra) -> SweepConfig:
+    return SweepConfig(models=[{"path": str(model_dir)}], drafters=drafters, datasets=[dataset],
+                       baselines=["hf_generate"], max_new_tokens=6, warmup=0, **extra)
+
+
+def _outputs(records: list[dict]) -> dict:
+    """What must not depend on the backend: every cell's tokens and per-call tau and step counts."""
+    result = {}
+    for record in records:
+        assert record["status"] == "ok", record.get("error")
+        tokens = [turn["tokens"] for sample in record["samples"] for turn in sample["turns"]]
+        taus = [(c["stats"] or {}).get("mean_accepted") for c in record["calls"]]
+        steps = [(c["stats"] or {}).get("steps") for c in record["calls"]]
+        result[record["cell_id"]] = (tokens, taus, steps)
+    return result
+
+
+def test_ray_backend_matches_local(tiny_dir, data_files, tmp_path):
+    pytest.importorskip("ray", reason="ray is in the bench extra: pip install -e '.[bench]'")
+    from specdec.benchmarks.ray_backend import RayBackend
+
+    config = _config(tiny_dir, {"kind": "spec_bench", "path": str(data_files["spec"])},
+                     ["none", {"name": "oracle", "options": {"draft_length": 3}}])
+    _, local = run_sweep(config, tmp_path / "local", show_progress=False)
+    backend = RayBackend(num_cpus=2)
+    try:
+        _, distributed = run_sweep(config, tmp_path / "ray", backend=backend, show_progress=False)
+    finally:
+        backend.close()
+    assert _outputs(local) == _outputs(distributed)
+    oracle = next(r for r in local if r["cell"]["label"].startswith("oracle"))
+    assert max(c["stats"]["mean_accepted"] for c in oracle["calls"]) > 1.0
+
+
+def test_interrupted_sweep_resumes_without_redoing_cells(tiny_dir, data_files, tmp_path, monkeypatch):
+    executed: list[str] = []
+    real = execute.execute_cell
+
+    def counting(cell, *args, **kwargs):
+        executed.append(cell.cell_id)
+        return real(cell, *args, **kwargs)
+
+    monkeypatch.setattr(execute, "execute_cell", counting)
+    config = _config(tiny_dir, {"kind": "text", "path": str(data_files["text"])},
+                     ["none", {"name": "oracle", "options": {"draft_length": 2}},
+                      {"name": "oracle", "options": {"draft_length": 4}}])
+
+    def interrupt_after_two(record: dict) -> None:
+        if len(executed) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(config, tmp_path, show_progress=False, after_cell=interrupt_after_two)
+    first = list(executed)
+    assert len(first) == 2
+    cells, records = run_sweep(config, tmp_path, show_progress=False)
+    assert len(cells) == 4  # hf_generate, none, two oracles
+    assert sorted(executed) == sorted(c.cell_id for c in cells)  # each cell ran exactly once overall
+    assert all(r["status"] == "ok" for r in records)
+    lines = (tmp_path / RESULTS_FILE).read_text().splitlines()
+    assert len(lines) == 4
+    executed.clear()
+    run_sweep(config, tmp_path, show_progress=False)
+    assert executed == []
+
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"question_id": 1, "category": "qa", "turns": ["hi"]}\n\n{"question_id": 2, "categ\n')
+    with pytest.raises(DatasetError, match=rf"{path}:3: not valid JSON"):
+        load_dataset("spec_bench", path)
+    path.write_text('{"question_id": 1, "category": "qa", "turns": ["hi"]}\n{"question_id": 2, "turns": ["x"]}\n')
+    with pytest.raises(DatasetError, match=rf"{path}:2: missing field 'category'"):
+        load_dataset("spec_bench", path)
+    gz = tmp_path / "HumanEval.jsonl.gz"
+    with gzip.open(gz, "wt") as handle:
+        handle.write('{"task_id": "t/0", "prompt": "def f():\\n"}\n{"task_id": "t/1", "prompt": 5}\n')
+    with pytest.raises(DatasetError, match=rf"{gz}:2: field 'prompt' must be str"):
+        load_dataset("humaneval", gz)
+
+
+def test_unknown_category_lists_known_ones(data_files):
+    with pytest.raises(DatasetError) as info:
+        load_dataset("spec_bench", data_files["spec"], categories=["poetry"])
+    message = str(info.value)
+    assert "'poetry'" in message and "Known categories: mt_bench, qa, writing" in message
+    picked = load_dataset("spec_bench", data_files["spec"], categories=["mt_bench"])
+    assert [s.sample_id for s in picked] == ["1"] and picked[0].category == "mt_bench"
+
+
+def test_shipped_spec_bench_file_when_present():
+    try:
+        samples = load_dataset("spec_bench", per_category=2)
+    except DatasetError:
+        pytest.skip("../shared/data is not beside this checkout")
+    categories = {s.category for s in samples}
+    assert categories == {"mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag"}
+    mt = [s for s in samples if s.category == "mt_bench"]
+    assert len(mt) == 2 and len({s.raw_category for s in mt}) == 2 and all(len(s.turns) == 2 for s in mt)
+
+
+def test_unknown_drafter_fails_before_any_model_is_loaded(tmp_path, monkeypatch, capsys):
+    def no_loading(spec):
+        raise AssertionError("a model was loaded before the drafter names were checked")
+
+    monkeypatch.setattr(execute, "_load", no_loading)
+    config = SweepConfig(models=[{"path": str(tmp_path / "no-such-model")}], drafters=["nonee"])
+    with pytest.raises(PluginNotFoundError, match="Did you mean 'none'"):
+        run_sweep(config, tmp_path / "out", show_progress=False)
+    assert not (tmp_path / "out" / RESULTS_FILE).exists()
+    code = bench_main(["--model", str(tmp_path / "no-such-model"), "--drafter", "nonee", "--out", str(tmp_path / "o")])
+    assert code == 2 and "unknown drafter 'nonee'" in capsys.readouterr().err
+    bad_options = SweepConfig(models=["x"], drafters=[{"name": "oracle", "options": {"draft_length": 0}}])
+    with pytest.raises(PluginOptionsError):
+        check_plugins(bad_options)
+
+
+def test_second_turn_follows_the_models_own_answer(tiny_dir, data_files, tmp_path):
+    config = _config(tiny_dir, {"kind": "spec_bench", "path": str(data_files["spec"])}, ["none"])
+    cells, records = run_sweep(config, tmp_path, show_progress=False)
+    record = next(r for c, r in zip(cells, records) if c.is_reference)
+    sample = next(s for s in record["samples"] if s["sample_id"] == "1")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tiny_dir)
+    builder = PromptBuilder(tokenizer, 256, 6)
+    first_answer = tokenizer.decode(sample["turns"][0]["tokens"], skip_special_tokens=True)
+    expected, _ = builder.encode([("Write about a fox.", first_answer)], "Now make it shorter.")
+    assert sample["turns"][1]["prompt_tokens"] == len(expected)
+    assert "\n\n".join(["Write about a fox.", first_answer, "Now make it shorter."]) == tokenizer.decode(expected)
+    tokenizer.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+                               "{% if add_generation_prompt %}<assistant>{% endif %}")
+    chat = PromptBuilder(tokenizer, 256, 6)
+    ids, cut = chat.encode([("q1", "a1")], "q2")
+    assert tokenizer.decode(ids) == "<user>q1<assistant>a1<user>q2<assistant>" and not cut
+
+
+def test_long_prompts_are_cut_from_the_left_and_reported(tiny_dir, tmp_path):
+    text = tmp_path / "long.txt"
+    text.write_text(" ".join(["fox"] * 400) + " END\nshort one\n")
+    config = _config(tiny_dir, {"kind": "text", "path": str(text)}, ["none"])
+    cells, records = run_sweep(config, tmp_path / "out", show_progress=False)
+    turns = [s["turns"][0] for s in records[0]["samples"]]
+    assert turns[0]["truncated"] and turns[0]["prompt_tokens"] == 256 - 6 and not turns[1]["truncated"]
+    assert any("truncated from the left" in note for note in records[0]["notes"])
+
+
+class _WrongDrafter(Drafter):
+    name = "test-wrong"
+    description = "test: always guesses token 1 twice"
+
+    def propose(self, state):
+        return Draft.chain(torch.ones(state.batch_size, 2, dtype=torch.long))
+
+
+class _AcceptAllVerifier(Verifier):
+    name = "test-accept-all"
+    description = "test: a broken verifier that claims to be lossless and keeps every guess"
+    lossless = True
+
+    def verify(self, draft, logits, sampling, generator):
+        width = draft.width
+        accepted = torch.arange(width).expand(draft.batch_size, width).clone()
+        bonus = logits[:, width].argmax(-1)
+        return Verdict(accepted, draft.num_nodes.clone(), bonus)
+
+
+def test_mismatch_and_broken_drafter_are_reported_as_failures(tiny_dir, data_files, tmp_path, monkeypatch):
+    register_drafter("test-wrong", _WrongDrafter)
+    register_verifier("test-accept-all", _AcceptAllVerifier)
+    from specdec import registry
+
+    real_load = registry.load_class
+
+    def broken(kind, name):
+        if name == "anpd":
+            raise PluginLoadError("drafter 'anpd' failed to import: ImportError('simulated')")
+        return real_load(kind, name)
+
+    monkeypatch.setattr(registry, "load_class", broken)
+    try:
+        config = _config(tiny_dir, {"kind": "text", "path": str(data_files["text"])},
+                         ["none", "anpd", "test-wrong"], verifiers=["test-accept-all"])
+        cells, records = run_sweep(config, tmp_path, show_progress=False)
+        summary = summarize(cells, records)
+        kinds = {(f["label"], f["kind"]) for f in summary["failures"]}
+        assert ("anpd", "cell failed") in kinds
+        assert ("test-wrong", "greedy output differs from the baseline") in kinds
+        assert len(summary["failures"]) == 2  # none (one token per step) still matches
+        result = write_report(cells, records, config, tmp_path, command="test")
+        markdown = (tmp_path / "results.md").read_text()
+        assert "## FAILURES (2)" in markdown and "MISMATCH" in markdown
+        assert {"speedup_by_category.png", "tau_distribution.png", "acceptance_by_position.png"} <= set(
+            result["plots"])
+        assert all((tmp_path / name).stat().st_size > 1000 for name in result["plots"])
+        assert result["machine"]["torch"] == torch.__version__
+    finally:
+        unregister("drafter", "test-wrong")
+        unregister("verifier", "test-accept-all")
