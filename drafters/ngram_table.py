@@ -6,8 +6,8 @@ never with unverified drafts (ANPD paper, sections 3.1-3.2).
 
 Ranking of continuations: higher count first; on a tie the most recently seen continuation wins
 (the paper leaves ties open; recency is deterministic and favours the current passage). Each
-context keeps its best `keep` continuations ranked at all times, so a lookup is one dict access and
-an update of one token costs O(N * keep).
+context keeps its best `keep` continuations ranked at all times, so a lookup is at most N-1 dict
+accesses and counting one token costs O(N * keep).
 """
 
 from __future__ import annotations
@@ -16,37 +16,19 @@ from collections.abc import Iterable, Sequence
 
 
 class Continuations:
-    """Tokens seen after one context: count and last position per token, plus the ranked top few."""
+    """Tokens seen after one context with their counts, plus the best `keep` of them ranked.
 
-    __slots__ = ("counts", "last", "top")
+    No positions are stored: only the token just counted can change rank, it is the most recent
+    of all, so it goes before every token whose count is <= its own. By induction `top` is always
+    ordered by (count, most recent occurrence), and a token outside `top` is strictly less frequent
+    than every token inside it.
+    """
 
-    def __init__(self) -> None:
-        self.counts: dict[int, int] = {}
-        self.last: dict[int, int] = {}
-        self.top: list[int] = []  # best first by (count, last position); at most `keep` tokens
+    __slots__ = ("counts", "top")
 
-    def add(self, token: int, position: int, keep: int) -> None:
-        """Count one more occurrence of `token`. Only this token's rank can change, and it can only
-        rise: it now has the newest position, so it outranks every token with a count <= its own."""
-        count = self.counts.get(token, 0) + 1
-        self.counts[token] = count
-        self.last[token] = position
-        top = self.top
-        if token in top:
-            top.remove(token)
-        counts = self.counts
-        index = 0
-        while index < len(top) and counts[top[index]] > count:
-            index += 1
-        if index < keep:
-            top.insert(index, token)
-            if len(top) > keep:
-                top.pop()
-
-    def ranked(self) -> list[tuple[int, int, int]]:
-        """Every continuation as (token, count, last position), best first (for tests and debugging)."""
-        order = sorted(self.counts, key=lambda t: (self.counts[t], self.last[t]), reverse=True)
-        return [(t, self.counts[t], self.last[t]) for t in order]
+    def __init__(self, token: int) -> None:
+        self.counts: dict[int, int] = {token: 1}
+        self.top: list[int] = [token]
 
 
 class NGramTable:
@@ -69,26 +51,54 @@ class NGramTable:
         self._tail: list[int] = []  # the last max_n - 1 observed tokens
         self.extend(tokens)
 
+    def extend(self, tokens: Iterable[int]) -> None:
+        """Observe committed tokens in order: count each after each of its 1..N-1 preceding contexts.
+
+        Works level by level with zip-built context tuples (the per-pair loop is the only Python
+        loop), so building from a 1k-token prompt takes milliseconds."""
+        new = [int(t) for t in tokens]
+        if not new:
+            return
+        sequence = self._tail + new
+        end = len(sequence)
+        base = len(self._tail)
+        for width in range(1, self.max_n):
+            first = max(base, width)  # position of the first token counted at this level
+            if first >= end:
+                continue
+            keys = zip(*(sequence[first - width + i : end - width + i] for i in range(width)))
+            self._count(zip(keys, sequence[first:]))
+        self._tail = sequence[-(self.max_n - 1) :]
+        self.length += len(new)
+
     def append(self, token: int) -> None:
-        """Observe one committed token: count it after each of its 1..N-1 preceding contexts."""
-        token = int(token)
-        tail = self._tail
+        self.extend((token,))
+
+    def _count(self, pairs: Iterable[tuple[tuple[int, ...], int]]) -> None:
         contexts = self.contexts
-        size = len(tail)
-        for width in range(1, size + 1):
-            key = tuple(tail[size - width :])
+        keep = self.keep
+        for key, token in pairs:
             entry = contexts.get(key)
             if entry is None:
-                entry = contexts[key] = Continuations()
-            entry.add(token, self.length, self.keep)
-        tail.append(token)
-        if len(tail) > self.max_n - 1:
-            del tail[0]
-        self.length += 1
-
-    def extend(self, tokens: Iterable[int]) -> None:
-        for token in tokens:
-            self.append(token)
+                contexts[key] = Continuations(token)
+                continue
+            counts = entry.counts
+            count = counts.get(token, 0) + 1
+            counts[token] = count
+            top = entry.top
+            if keep == 1:
+                if count >= counts[top[0]]:
+                    top[0] = token
+                continue
+            if token in top:
+                top.remove(token)
+            index = 0
+            while index < len(top) and counts[top[index]] > count:
+                index += 1
+            if index < keep:
+                top.insert(index, token)
+                if len(top) > keep:
+                    top.pop()
 
     @property
     def tail(self) -> list[int]:
