@@ -144,10 +144,13 @@ def generate(
     stop: str | Sequence[str] | None = None,
     streamer: Any | None = None,
     max_draft_nodes: int = 256,
+    batch_mode: str = "unpadded",
 ) -> GenerationOutput:
     """Generate with speculative decoding. See the README for the accepted forms of each argument."""
     if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if batch_mode not in ("unpadded", "padded"):
+        raise ValueError(f"batch_mode must be 'unpadded' (EMS-SD) or 'padded' (vanilla), got {batch_mode!r}")
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     # Plugins are resolved (and their options validated) before any model work.
     drafter_obj = resolve_drafter(drafter, drafter_options)
@@ -170,7 +173,7 @@ def generate(
     else:
         generator.seed()
     config = EngineConfig(max_new_tokens=max_new_tokens, sampling=sampling, eos_token_ids=_eos_ids(model, eos_token_id),
-                          stop_strings=stop_strings, max_draft_nodes=max_draft_nodes)
+                          stop_strings=stop_strings, max_draft_nodes=max_draft_nodes, batch_mode=batch_mode)
     engine = SpeculativeEngine(model, drafter_obj, verifier_obj, config, tokenizer=tokenizer, streamer=streamer,
                                generator=generator)
     results, stats = engine.generate(prompts)

@@ -38,6 +38,7 @@ class EngineConfig:
     eos_token_ids: frozenset[int] = frozenset()
     stop_strings: tuple[str, ...] = ()
     max_draft_nodes: int = 256
+    batch_mode: str = "unpadded"  # "unpadded" (EMS-SD) or "padded" (the vanilla method, for comparison)
 
 
 @dataclass
@@ -113,7 +114,7 @@ class SpeculativeEngine:
         started = time.perf_counter()
         longest = max(len(p) for p in prompts)
         capacity = longest + max(budgets) + config.max_draft_nodes + 2
-        target = TargetRunner(self.model, batch, capacity)
+        target = TargetRunner(self.model, batch, capacity, padded=config.batch_mode == "padded")
         prefill_ids = torch.zeros(batch, max(longest - 1, 0), dtype=torch.long)
         for row, prompt in enumerate(prompts):
             prefill_ids[row, : len(prompt) - 1] = torch.as_tensor(prompt[:-1], dtype=torch.long)
@@ -154,6 +155,8 @@ class SpeculativeEngine:
                         target.select_rows(torch.tensor(keep, dtype=torch.long))
         finally:
             stats.kv_cache_bytes = target.cache.memory_bytes()
+            stats.kv_padding_slots = target.padding_slots()
+            stats.kv_slots = int(target.write_start.sum())
             target.release()
             self.drafter.finish()
             stats.drafter_stats = dict(self.drafter.stats())
@@ -199,6 +202,9 @@ class SpeculativeEngine:
             extra = None
             input_ids = tokens
         depths, visible = tree_layout(parents)
+        stats.input_slots += parents.numel()
+        stats.useful_input_slots += batch + int(draft.num_nodes.sum()) + (
+            int(extra.num_slots.sum()) if extra is not None else 0)
         if extra is None:
             logits = target.verify_forward(input_ids, depths, visible)
         else:

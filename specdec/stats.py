@@ -23,6 +23,10 @@ class GenerationStats:
     prefill_time: float = 0.0
     peak_memory_bytes: int = 0
     kv_cache_bytes: int = 0
+    kv_slots: int = 0  # cache slots in use at the end (rows still in the batch)
+    kv_padding_slots: int = 0  # of which holes (padded batch mode only)
+    input_slots: int = 0  # verification inputs computed (rows x padded width, summed over steps)
+    useful_input_slots: int = 0  # of which real (root + nodes + extra slots)
     drafter_stats: dict[str, Any] = field(default_factory=dict)  # from Drafter.stats()
 
     @property
@@ -43,6 +47,11 @@ class GenerationStats:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
     @property
+    def input_padding_ratio(self) -> float:
+        """Share of verification inputs that were padding (rows with smaller drafts than the widest)."""
+        return 1.0 - self.useful_input_slots / self.input_slots if self.input_slots else 0.0
+
+    @property
     def wall_time(self) -> float:
         return self.prefill_time + self.draft_time + self.verify_time + self.other_time
 
@@ -61,7 +70,7 @@ class GenerationStats:
     def to_dict(self) -> dict:
         data = asdict(self)
         for name in ("drafted_tokens", "accepted_tokens", "mean_accepted", "acceptance_rate", "wall_time",
-                     "tokens_per_second"):
+                     "tokens_per_second", "input_padding_ratio"):
             data[name] = getattr(self, name)
         return data
 

@@ -33,41 +33,68 @@ def context_length(model: torch.nn.Module) -> int | None:
 
 
 class TargetRunner:
-    """The target model plus its per-row KV cache. `lengths[b]` = committed tokens in the cache."""
+    """The target model plus its KV cache, in one of two batch modes.
 
-    def __init__(self, model: torch.nn.Module, batch_size: int, capacity: int) -> None:
+    unpadded (EMS-SD, the default): row b's committed tokens fill slots [0, lengths[b]) with no
+    holes, so slot == position and rows advance independently.
+    padded (the vanilla method, kept for comparison): every row writes at one shared slot and
+    advances by the batch's largest acceptance; the slots a row did not fill stay behind as holes,
+    masked out via `slot_valid`, and positions come from `lengths`, not slots.
+    """
+
+    def __init__(self, model: torch.nn.Module, batch_size: int, capacity: int, padded: bool = False) -> None:
         self.model = model
         self.device = model_device(model)
         self.dtype = model_dtype(model)
         self.num_layers = model.config.num_hidden_layers
         self.cache = RaggedKVCache(self.num_layers, capacity)
-        self.lengths = torch.zeros(batch_size, dtype=torch.long)  # kept on CPU: cheap bookkeeping
+        self.padded = padded
+        # Bookkeeping kept on CPU: cheap, and read every step.
+        self.lengths = torch.zeros(batch_size, dtype=torch.long)  # committed tokens per row (= next position)
+        self.write_start = torch.zeros(batch_size, dtype=torch.long)  # first free slot per row
+        self.slot_valid: torch.Tensor | None = (
+            torch.zeros(batch_size, capacity, dtype=torch.bool, device=self.device) if padded else None
+        )
         self.window = getattr(model.config, "sliding_window", None) or None
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.embed = model.get_input_embeddings()
 
+    def _valid_slots(self, length: int) -> torch.Tensor:
+        """slot_valid widened to at least `length` slots (padded mode only)."""
+        assert self.slot_valid is not None
+        if self.slot_valid.shape[1] < length:
+            grow = max(length, 2 * self.slot_valid.shape[1]) - self.slot_valid.shape[1]
+            self.slot_valid = torch.nn.functional.pad(self.slot_valid, (0, grow))
+        return self.slot_valid[:, :length]
+
     # -- masks -------------------------------------------------------------------------------
     def _mask(self, start: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None) -> torch.Tensor:
-        """Additive mask [B, 1, T, S]: the committed prefix plus `visible` [B, T, T] among new tokens
-        (None = causal). Position ids of new tokens are `positions` [B, T]."""
+        """Additive mask [B, 1, T, S]: each row's committed prefix, any scratch slots written this
+        step before `start`, and `visible` [B, T, T] among the new tokens (None = causal).
+        Position ids of the new tokens are `positions` [B, T]."""
         batch, steps = positions.shape
         device = self.device
         start_d = start.to(device)
         attend_len = int(start.max()) + steps
         slot = torch.arange(attend_len, device=device)
-        local = slot[None, :] - start_d[:, None]  # [B, S]: index among new tokens, <0 = prefix
-        in_prefix = (local < 0)[:, None, :]  # [B, 1, S]
+        local = slot[None, :] - start_d[:, None]  # [B, S]: index among new tokens, <0 = before them
+        in_prefix = local < 0
+        if self.slot_valid is not None:
+            scratch = slot[None, :] >= self.write_start.to(device)[:, None]
+            in_prefix = in_prefix & (self._valid_slots(attend_len) | scratch)
         in_new = (local >= 0) & (local < steps)
         if visible is None:
             new_ok = (local[:, None, :] <= torch.arange(steps, device=device)[None, :, None]) & in_new[:, None, :]
         else:
             gathered = visible.to(device).gather(2, local.clamp(0, steps - 1)[:, None, :].expand(batch, steps, attend_len))
             new_ok = gathered & in_new[:, None, :]
-        allowed = in_prefix | new_ok
+        allowed = in_prefix[:, None, :] | new_ok
         if self.window is not None:
-            key_pos = torch.where(
-                local < 0, slot[None, :], positions.to(device).gather(1, local.clamp(0, steps - 1))
-            )
+            if self.slot_valid is None:
+                prefix_pos = slot[None, :].expand(batch, attend_len)
+            else:
+                prefix_pos = torch.cumsum(self._valid_slots(attend_len).long(), dim=1) - 1
+            key_pos = torch.where(local < 0, prefix_pos, positions.to(device).gather(1, local.clamp(0, steps - 1)))
             allowed = allowed & ((positions.to(device)[:, :, None] - key_pos[:, None, :]) < self.window)
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=device)
         mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
@@ -108,6 +135,12 @@ class TargetRunner:
             positions = torch.arange(steps)[None, :].expand(batch, steps)
             self._run(start, positions, None, input_ids=input_ids, last_logits_only=True)
         self.lengths = lengths.clone().long().cpu()
+        if self.slot_valid is None:
+            self.write_start = self.lengths.clone()
+        else:  # vanilla: every row continues after the longest prompt; shorter prompts leave holes
+            valid = self._valid_slots(max(steps, 1))
+            valid[:] = torch.arange(valid.shape[1], device=self.device)[None, :] < self.lengths.to(self.device)[:, None]
+            self.write_start = torch.full_like(self.lengths, steps)
 
     @torch.no_grad()
     def verify_forward(
@@ -121,38 +154,55 @@ class TargetRunner:
         logits [B, T, V]. Extra embeddings (if any) replace the last E inputs."""
         positions = self.lengths[:, None] + depths.cpu()
         if extra_embeds is None:
-            return self._run(self.lengths, positions, visible, input_ids=input_ids)
+            return self._run(self.write_start, positions, visible, input_ids=input_ids)
         token_embeds = self.embed(input_ids.to(self.device))
         embeds = torch.cat([token_embeds, extra_embeds.to(self.device, token_embeds.dtype)], dim=1)
-        return self._run(self.lengths, positions, visible, inputs_embeds=embeds)
+        return self._run(self.write_start, positions, visible, inputs_embeds=embeds)
 
     @torch.no_grad()
     def scratch_forward(self, input_ids: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """For self-speculating drafters: run a causal chain of tokens [B, T] placed `offset` slots
         after each row's committed length. Writes only beyond the committed length, so the
         committed cache is left exactly as it was; returns logits [B, T, V]."""
-        batch, steps = input_ids.shape
-        start = self.lengths + torch.as_tensor(offset, dtype=torch.long).cpu()
-        positions = start[:, None] + torch.arange(steps)[None, :]
-        return self._run(start.expand(batch) if start.dim() == 0 else start, positions, None, input_ids=input_ids)
+        steps = input_ids.shape[1]
+        offset = torch.as_tensor(offset, dtype=torch.long).cpu()
+        start = self.write_start + offset
+        positions = (self.lengths + offset)[:, None] + torch.arange(steps)[None, :]
+        return self._run(start, positions, None, input_ids=input_ids)
 
     # -- bookkeeping -------------------------------------------------------------------------
     def commit(self, keep_src: torch.Tensor, keep_count: torch.Tensor) -> None:
         """Keep, per row, the root and the accepted nodes whose input indices are keep_src [B, A]
         (A may be 0), compacted right after the root; lengths grow by 1 + keep_count."""
+        keep_count = keep_count.cpu()
         if keep_src.shape[1]:
             columns = torch.arange(keep_src.shape[1])[None, :]
             dst = 1 + columns  # input index the accepted node should occupy
             moving = (columns < keep_count[:, None]) & (keep_src != dst)
             if bool(moving.any()):
                 rows = moving.any(dim=1).nonzero(as_tuple=True)[0]
-                src = torch.where(moving, keep_src, dst)[rows] + self.lengths[rows, None]
-                self.cache.move(rows, src, dst.expand(len(rows), -1) + self.lengths[rows, None])
-        self.lengths = self.lengths + 1 + keep_count.cpu()
+                src = torch.where(moving, keep_src, dst)[rows] + self.write_start[rows, None]
+                self.cache.move(rows, src, dst.expand(len(rows), -1) + self.write_start[rows, None])
+        self.lengths = self.lengths + 1 + keep_count
+        if self.slot_valid is None:
+            self.write_start = self.lengths.clone()
+        else:  # vanilla: mark the kept slots, then every row jumps past the largest acceptance
+            end = self.write_start + 1 + keep_count
+            valid = self._valid_slots(int(end.max()))
+            slot = torch.arange(valid.shape[1], device=self.device)[None, :]
+            valid |= (slot >= self.write_start.to(self.device)[:, None]) & (slot < end.to(self.device)[:, None])
+            self.write_start = torch.full_like(self.write_start, int(end.max()))
 
     def select_rows(self, indices: torch.Tensor) -> None:
         self.cache.select_rows(indices)
         self.lengths = self.lengths.index_select(0, indices.cpu())
+        self.write_start = self.write_start.index_select(0, indices.cpu())
+        if self.slot_valid is not None:
+            self.slot_valid = self.slot_valid.index_select(0, indices.to(self.device))
+
+    def padding_slots(self) -> int:
+        """Cache slots below the write position that hold no committed token (holes), summed over rows."""
+        return int((self.write_start - self.lengths).sum())
 
     def release(self) -> None:
         self.cache.release()
