@@ -26,6 +26,11 @@ def validate_draft(
     if tokens.dim() != 2 or tokens.shape[0] != batch or parents.shape != tokens.shape or counts.shape != (batch,):
         raise _fail(drafter, f"expected tokens/parents [B={batch}, N] and num_nodes [{batch}], got "
                     f"{tuple(tokens.shape)}, {tuple(parents.shape)}, {tuple(counts.shape)}")
+    allowed = {"cpu", device.type}
+    for name, tensor in (("tokens", tokens), ("parents", parents), ("num_nodes", counts), ("q", draft.q)):
+        if tensor is not None and tensor.device.type not in allowed:
+            raise _fail(drafter, f"{name} is on device {tensor.device}; put drafts on the model's device "
+                        f"({device}) or the CPU")
     width = tokens.shape[1]
     counts_cpu = counts.cpu()
     if bool((counts_cpu < 0).any()) or bool((counts_cpu > width).any()):
