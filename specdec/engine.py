@@ -65,6 +65,15 @@ def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return depth, visible
 
 
+def peak_memory_bytes(device: torch.device) -> int:
+    """Max allocated during this call on CUDA; on CPU the process's peak RSS (process-wide)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
 class SpeculativeEngine:
     """Runs one batch of prompts to completion with one drafter and one verifier."""
 
@@ -112,6 +121,8 @@ class SpeculativeEngine:
             budgets.append(budget)
 
         started = time.perf_counter()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
         longest = max(len(p) for p in prompts)
         capacity = longest + max(budgets) + config.max_draft_nodes + 2
         target = TargetRunner(self.model, batch, capacity, padded=config.batch_mode == "padded")
@@ -155,6 +166,7 @@ class SpeculativeEngine:
                         target.select_rows(torch.tensor(keep, dtype=torch.long))
         finally:
             stats.kv_cache_bytes = target.cache.memory_bytes()
+            stats.peak_memory_bytes = peak_memory_bytes(self.device)
             stats.kv_padding_slots = target.padding_slots()
             stats.kv_slots = int(target.write_start.sum())
             target.release()
