@@ -24,6 +24,14 @@ def check_model_supported(model: Any) -> None:
     if model.get_output_embeddings() is None:
         raise UnsupportedModelError(f"{type(model).__name__} has no language-model head (get_output_embeddings() "
                                     "is None); load it with AutoModelForCausalLM")
+    import inspect
+
+    accepted = inspect.signature(model.forward).parameters
+    missing = [name for name in ("attention_mask", "position_ids", "past_key_values") if name not in accepted]
+    if missing:
+        raise UnsupportedModelError(
+            f"{type(model).__name__}.forward does not take {', '.join(missing)}: specdec needs a KV-cache causal LM "
+            "it can feed explicit masks and positions (recurrent or stateful models cannot roll back rejected drafts)")
     key = _key(model)
     if key not in _checked:
         _checked[key] = _tree_attention_problem(model)

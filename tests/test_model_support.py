@@ -15,8 +15,9 @@ from specdec.model_support import check_model_supported
 class MaskIgnoringLlama(LlamaForCausalLM):
     """Stands in for an architecture that builds its own causal mask and ignores ours."""
 
-    def forward(self, *args, attention_mask=None, **kwargs):
-        return super().forward(*args, attention_mask=None, **kwargs)
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, **kwargs):
+        return super().forward(input_ids=input_ids, attention_mask=None, position_ids=position_ids,
+                               past_key_values=past_key_values, **kwargs)
 
 
 def test_tree_check_refuses_a_model_that_ignores_the_tree_mask() -> None:
@@ -44,3 +45,11 @@ def test_encoder_decoder_is_refused() -> None:
     config = T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=2)
     with pytest.raises(UnsupportedModelError, match="encoder-decoder"):
         check_model_supported(T5ForConditionalGeneration(config))
+
+
+def test_recurrent_models_are_refused() -> None:
+    from transformers import MambaConfig, MambaForCausalLM
+
+    model = MambaForCausalLM(MambaConfig(vocab_size=96, hidden_size=32, state_size=4, num_hidden_layers=1))
+    with pytest.raises(UnsupportedModelError, match="MambaForCausalLM.forward does not take .*past_key_values"):
+        specdec.generate(model, [1, 2, 3], drafter="none", max_new_tokens=2)
