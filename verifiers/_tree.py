@@ -33,6 +33,34 @@ def child_table(parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return table[:, : width + 1]
 
 
+def canonical_nodes(tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """[B, N]: for every node the smallest node index with the same token path from the root.
+
+    Nodes with equal token paths have equal target distributions, so a verifier may treat them as
+    one node of a token trie whose children are the union of the copies' children. Invalid nodes
+    map to themselves. One sort per tree level.
+    """
+    batch, width = tokens.shape
+    index = torch.arange(width, device=tokens.device).expand(batch, width)
+    canon = index.clone()
+    if width == 0:
+        return canon
+    span = int(tokens[valid].max()) + 1 if bool(valid.any()) else 1
+    for _ in range(width):
+        canon_parent = torch.where(parents >= 0, canon.gather(1, parents.clamp(min=0)), -1)
+        key = torch.where(valid, (canon_parent + 1) * span + tokens, -1 - index)  # invalid: unique keys
+        order = torch.argsort(key * width + index, dim=1)  # by key, then by node index
+        sorted_key = key.gather(1, order)
+        group_start = torch.ones_like(sorted_key, dtype=torch.bool)
+        group_start[:, 1:] = sorted_key[:, 1:] != sorted_key[:, :-1]
+        first = order.gather(1, torch.where(group_start, index, 0).cummax(dim=1).values)
+        updated = torch.empty_like(canon).scatter_(1, order, first)
+        if torch.equal(updated, canon):
+            break
+        canon = updated
+    return canon
+
+
 def sum_along_paths(values: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """[B, N]: for every node, the sum of `values` over the node and all its ancestors.
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import torch
 
-from specdec.draft import Draft, Verdict
+from specdec.draft import Draft, Verdict, path_to
 from specdec.plugins import Verifier
 from specdec.sampling import SamplingParams, process_logits, sample
 
-from ._tree import child_table
+from ._tree import canonical_nodes, child_table
 
 
 class RejectionVerifier(Verifier):
@@ -35,6 +35,11 @@ class RejectionVerifier(Verifier):
     * Deterministic drafts (`Draft.q is None`: argmax, top-k branches, lookups): every node is a
       point mass, so x is accepted with probability P(x) and a rejection zeroes P(x) and
       renormalises. Duplicate siblings are harmless (the second copy has P(x) = 0).
+
+    Siblings with the same token (and, recursively, equal token paths) are merged into one trie
+    node whose children are the union of the copies' children: the copies share one target
+    distribution, and the union of i.i.d. draws is again i.i.d., so this stays lossless and
+    explores every drafted continuation. The reported path runs through the copies' real nodes.
 
     Numerics: residuals are clamped at 0 and renormalised. A residual can only sum to 0 when
     P == q (then every child is accepted with probability 1, so a rejection is a rounding
@@ -62,10 +67,15 @@ class RejectionVerifier(Verifier):
         if width:
             tokens = draft.tokens.to(device)
             q_all = None if draft.q is None else draft.q.to(device)
-            children = child_table(draft.parents.to(device), draft.node_mask().to(device))
-            current = torch.full((batch,), -1, dtype=torch.long, device=device)  # -1 = the root
+            valid = draft.node_mask().to(device)
+            parents = draft.parents.to(device)
+            canon = canonical_nodes(tokens, parents, valid)
+            canon_parents = torch.where(parents >= 0, canon.gather(1, parents.clamp(min=0)), -1)
+            children = child_table(canon_parents, valid)
+            current = torch.full((batch,), -1, dtype=torch.long, device=device)  # trie node; -1 = the root
+            last = torch.full((batch,), -1, dtype=torch.long, device=device)  # last accepted real node
             descending = torch.ones(batch, dtype=torch.bool, device=device)
-            for depth in range(width):
+            for _ in range(width):  # one tree level per iteration
                 siblings = children[rows, current + 1]  # [B, R]
                 accepted = torch.zeros(batch, dtype=torch.bool, device=device)
                 for rank in range(siblings.shape[1]):
@@ -85,13 +95,14 @@ class RejectionVerifier(Verifier):
                     residual = torch.where(reject[:, None], self.residual_after_rejection(residual, token, q),
                                            residual)
                     residual = torch.where(take[:, None], p_all[rows, node + 1], residual)
-                    path[:, depth] = torch.where(take, node, path[:, depth])
-                    current = torch.where(take, node, current)
+                    last = torch.where(take, node, last)
+                    current = torch.where(take, canon[rows, node], current)
                     accepted |= take
                 length += accepted.long()
                 descending &= accepted
                 if not bool(descending.any()):
                     break
+            path = path_to(parents, last, length, width)
         bonus = residual.argmax(dim=-1) if sampling.greedy else sample(residual, generator)
         return Verdict(path, length, bonus)
 

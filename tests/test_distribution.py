@@ -1,0 +1,160 @@
+"""Losslessness of `rejection`, proven statistically end to end through `specdec.generate`.
+
+Pre-stated test: a tiny random Llama target (vocab 16, peaky conditionals) generates 3 tokens for
+N = 20,000 rows of one prompt (one batched call). The empirical joint of the 3 tokens is compared
+with the target's exact joint (enumerated from its conditionals, 16^3 cells) by a chi-square
+goodness-of-fit test; cells with expected count < 5 are pooled into one bin. A correct verifier
+must give p-value > 1e-3; the deliberately broken verifiers below must give p-value < 1e-3 on the
+same setting (the test has power). Seeds are fixed, so the outcome is deterministic.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sampling_drafters import (
+    ContextLM,
+    SampledChainDrafter,
+    SampledTreeDrafter,
+    TopKTreeDrafter,
+    exact_joint,
+    perturbed_copy,
+    small_llama,
+)
+from specdec.verifiers.exact import longest_accepted_path
+from specdec.verifiers.rejection import RejectionVerifier
+
+import specdec
+from specdec import Draft, Verdict, Verifier
+from specdec.sampling import SamplingParams, process_logits, sample
+
+VOCAB = 16
+STEPS = 3
+ROWS = 20_000
+PROMPT = [3]  # one token: no prefill, so the 20k-row runs stay cheap
+P_VALUE_THRESHOLD = 1e-3
+SETTINGS = {
+    "t1.0": SamplingParams(temperature=1.0),
+    "t0.7-top_p0.9": SamplingParams(temperature=0.7, top_p=0.9),
+}
+DRAFTERS = {"sampled_chain": SampledChainDrafter, "topk_tree": TopKTreeDrafter, "sampled_tree": SampledTreeDrafter}
+
+
+def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor, min_expected: float = 5.0) -> float:
+    """Pearson chi-square goodness of fit; cells expected below `min_expected` are pooled."""
+    counts, probs = counts.double().flatten(), probs.double().flatten()
+    expected = counts.sum() * probs
+    small = expected < min_expected
+    observed = torch.cat([counts[~small], counts[small].sum()[None]])
+    expected = torch.cat([expected[~small], expected[small].sum()[None]])
+    if bool(((expected == 0) & (observed > 0)).any()):
+        return 0.0  # a sample the target can never produce
+    keep = expected > 0
+    observed, expected = observed[keep], expected[keep]
+    statistic = ((observed - expected) ** 2 / expected).sum()
+    dof = observed.numel() - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64), statistic / 2.0))
+
+
+class AlwaysAccept(Verifier):
+    """Broken on purpose: accepts the whole first path, bonus from p at its end."""
+
+    name = "broken-always-accept"
+    lossless = False
+
+    def verify(self, draft: Draft, logits, sampling, generator) -> Verdict:
+        first_child = torch.ones_like(draft.tokens, dtype=torch.bool)
+        path, length, deepest = longest_accepted_path(draft, first_child)
+        p_end = process_logits(logits[torch.arange(draft.batch_size), deepest + 1], sampling)
+        return Verdict(path, length, sample(p_end, generator))
+
+
+class BonusFromP(RejectionVerifier):
+    """Broken on purpose: after a rejection keeps sampling from p instead of the residual."""
+
+    name = "broken-bonus-from-p"
+
+    @staticmethod
+    def residual_after_rejection(residual, token, q):
+        return residual
+
+
+@pytest.fixture(scope="module")
+def target():
+    return small_llama(VOCAB, seed=0)
+
+
+@pytest.fixture(scope="module")
+def draft_lm(target):
+    return ContextLM(perturbed_copy(target, scale=0.3, seed=1))
+
+
+@pytest.fixture(scope="module")
+def joints(target):
+    lm = ContextLM(target)
+    return {name: exact_joint(lm, PROMPT, VOCAB, STEPS, params) for name, params in SETTINGS.items()}
+
+
+def _generate_counts(target, drafter, verifier, params: SamplingParams, seed: int = 0):
+    out = specdec.generate(target, [PROMPT] * ROWS, drafter=drafter, verifier=verifier, max_new_tokens=STEPS,
+                           temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, seed=seed,
+                           max_draft_nodes=8)
+    tokens = torch.tensor(out.sequences)
+    assert tokens.shape == (ROWS, STEPS)
+    index = (tokens[:, 0] * VOCAB + tokens[:, 1]) * VOCAB + tokens[:, 2]
+    return torch.bincount(index, minlength=VOCAB**STEPS), out.stats
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("drafter_name", list(DRAFTERS))
+def test_rejection_matches_target_joint(target, draft_lm, joints, setting, drafter_name):
+    drafter = DRAFTERS[drafter_name](draft_lm)
+    counts, stats = _generate_counts(target, drafter, "rejection", SETTINGS[setting])
+    p_value = chi_square_p_value(counts, joints[setting])
+    tv = 0.5 * (counts.double() / ROWS - joints[setting].flatten()).abs().sum()
+    # Drafts must actually be accepted, or the test would only exercise the bonus path.
+    assert stats.accepted_tokens > 0.2 * ROWS, stats.accepted_tokens
+    assert p_value > P_VALUE_THRESHOLD, f"p={p_value:.2e} tv={tv:.4f}"
+
+
+@pytest.mark.parametrize(
+    ("broken", "drafter_name", "setting"),
+    [
+        (AlwaysAccept, "sampled_chain", "t1.0"),
+        (BonusFromP, "sampled_chain", "t1.0"),
+        (BonusFromP, "topk_tree", "t1.0"),
+        (BonusFromP, "sampled_tree", "t0.7-top_p0.9"),
+    ],
+)
+def test_broken_verifier_fails_the_same_test(target, draft_lm, joints, broken, drafter_name, setting):
+    counts, _ = _generate_counts(target, DRAFTERS[drafter_name](draft_lm), broken(), SETTINGS[setting])
+    assert chi_square_p_value(counts, joints[setting]) < P_VALUE_THRESHOLD
+
+
+def _wide_draft(p_draft: torch.Tensor, k: int, stochastic: bool, generator: torch.Generator) -> Draft:
+    """k siblings under the root: i.i.d. samples from p_draft (with q) or its top-k (q None)."""
+    batch = p_draft.shape[0]
+    if stochastic:
+        tokens = sample(p_draft[:, None].expand(batch, k, -1), generator)
+        q = p_draft[:, None].expand(batch, k, -1).contiguous()
+    else:
+        tokens, q = p_draft.topk(k, dim=-1).indices, None
+    return Draft(tokens, torch.full((batch, k), -1), torch.full((batch,), k), q)
+
+
+@pytest.mark.parametrize("stochastic", [True, False])
+def test_many_siblings_first_token_marginal(stochastic):
+    """Direct verifier check with 4 siblings (i.i.d. children repeat tokens often): the first
+    emitted token of a step must follow the target's processed p at the root."""
+    rows, vocab, k = 100_000, 8, 4
+    gen = torch.Generator().manual_seed(11)
+    sampling = SamplingParams(temperature=0.9, top_k=6)
+    root_logits = torch.randn(vocab, generator=gen) * 2
+    draft_logits = torch.randn(vocab, generator=gen) * 2
+    p_draft = process_logits(draft_logits, sampling).expand(rows, vocab)
+    draft = _wide_draft(p_draft, k, stochastic, gen)
+    logits = torch.cat([root_logits.expand(rows, 1, vocab), torch.randn(rows, k, vocab, generator=gen)], dim=1)
+    verdict = RejectionVerifier().verify(draft, logits, sampling, gen)
+    first = torch.where(verdict.num_accepted > 0, verdict.accepted_tokens(draft)[:, 0], verdict.bonus)
+    counts = torch.bincount(first, minlength=vocab)
+    assert chi_square_p_value(counts, process_logits(root_logits, sampling)) > P_VALUE_THRESHOLD
