@@ -31,6 +31,8 @@ class Layout:
     attention_norm: str  # the norm whose only consumer is the attention block
     mlp_norm: str  # the norm whose only consumer is the MLP block
     attention_returns_tuple: bool = True  # transformers 5.x attention modules return (output, weights)
+    # transformers 5.x decoder layers take the hidden states first and return them as one tensor, so a
+    # layer with both blocks skipped is replaced by a pass-through as a whole.
 
 
 _LLAMA_LIKE = Layout("model.layers", "self_attn", "mlp", "input_layernorm", "post_attention_layernorm")
@@ -129,14 +131,20 @@ class LayerSkipper:
                                  f"(valid indices 0..{self.num_layers - 1})")
         zero_attention = _zero_attention if self.layout.attention_returns_tuple else _zero_attention_tensor
         self._patches: list[tuple[torch.nn.Module, Any]] = []
+        whole = set(self.attention) & set(self.mlp)
+        for index in sorted(whole):
+            # Both blocks skipped: the whole layer is the identity (saves its dispatch overhead too).
+            self._patches.append((layers[index], _pass_through))
         for index in self.attention:
-            layer = layers[index]
-            self._patches.append((getattr(layer, self.layout.attention), zero_attention))
-            self._patches.append((getattr(layer, self.layout.attention_norm), _pass_through))
+            if index not in whole:
+                layer = layers[index]
+                self._patches.append((getattr(layer, self.layout.attention), zero_attention))
+                self._patches.append((getattr(layer, self.layout.attention_norm), _pass_through))
         for index in self.mlp:
-            layer = layers[index]
-            self._patches.append((getattr(layer, self.layout.mlp), _zero_mlp))
-            self._patches.append((getattr(layer, self.layout.mlp_norm), _pass_through))
+            if index not in whole:
+                layer = layers[index]
+                self._patches.append((getattr(layer, self.layout.mlp), _zero_mlp))
+                self._patches.append((getattr(layer, self.layout.mlp_norm), _pass_through))
         self._saved: list[Any] | None = None
 
     @property
