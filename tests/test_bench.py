@@ -259,3 +259,23 @@ def test_mismatch_and_broken_drafter_are_reported_as_failures(tiny_dir, data_fil
     finally:
         unregister("drafter", "test-wrong")
         unregister("verifier", "test-accept-all")
+
+
+def test_config_from_yaml_json_and_flags(tmp_path):
+    from specdec.benchmarks.cli import build_parser, config_from_args
+    from specdec.benchmarks.config import ConfigError, load_config
+    from specdec.benchmarks.datasets import repo_root
+
+    example = load_config(repo_root() / "benchmarks" / "configs" / "example.yaml")
+    assert example.drafters[2].options["model"] == "@draft" and example.datasets[1].kind == "humaneval"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"models": ["default"], "drafters": ["none"], "max_new_tokns": 5}))
+    with pytest.raises(ConfigError, match="max_new_tokns"):
+        load_config(bad)
+    args = build_parser().parse_args(["--config", str(repo_root() / "benchmarks" / "configs" / "example.yaml"),
+                                      "--drafter", "oracle:draft_length=8", "--per-category", "1",
+                                      "--max-new-tokens", "16", "--out", str(tmp_path)])
+    config = config_from_args(args)
+    assert [d.display for d in config.drafters] == ["oracle(draft_length=8)"]
+    assert config.max_new_tokens == 16 and all(d.per_category == 1 for d in config.datasets)
+    assert config.datasets[0].categories == ["mt_bench", "summarization", "rag"]
