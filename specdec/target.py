@@ -193,6 +193,15 @@ class TargetRunner:
             valid |= (slot >= self.write_start.to(self.device)[:, None]) & (slot < end.to(self.device)[:, None])
             self.write_start = torch.full_like(self.write_start, int(end.max()))
 
+    def set_lengths(self, lengths: torch.Tensor) -> None:
+        """Declare each row's committed length: roll back (drop slots beyond it) or forward over
+        slots a scratch forward already filled with committed tokens. Unpadded mode only, where
+        slot == position (a drafter's own cache, e.g. a draft model's)."""
+        if self.slot_valid is not None:
+            raise ValueError("set_lengths needs the unpadded cache, where slot == position")
+        self.lengths = lengths.long().cpu().clone()
+        self.write_start = self.lengths.clone()
+
     def select_rows(self, indices: torch.Tensor) -> None:
         self.cache.select_rows(indices)
         self.lengths = self.lengths.index_select(0, indices.cpu())

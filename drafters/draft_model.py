@@ -1,0 +1,385 @@
+"""Classic speculative decoding: a small causal LM guesses, the target verifies.
+
+The draft model runs on its own ragged KV cache (a `specdec.target.TargetRunner`, one length per
+row). The cache holds committed tokens only: each step first feeds the committed tokens it has
+not seen yet (the root, plus whatever the last verdict added), then drafts on scratch slots past
+the committed length. After a verdict the length is advanced over the drafted tokens that were
+committed, so nothing is ever re-prefilled and rejected guesses are simply overwritten.
+
+Chains are drafted one token per forward on the scratch slots. Trees (`branches` > 1) put the
+top-`branches` children (greedy) or `branches` i.i.d. samples from q (sampling) under every node of
+the first `branch_depth` levels, then extend each leaf as a chain; each level is one tree-masked
+forward over the whole tree so far (simple and exact; the trees here are small).
+
+q is `process_logits(draft logits, sampling)`, the exact distribution each token was drawn from,
+so the rejection verifier stays lossless; at temperature 0 drafting is argmax and q is None.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from specdec.draft import Draft, Verdict, node_depths
+from specdec.engine import tree_layout
+from specdec.errors import DrafterError
+from specdec.model_support import check_model_supported
+from specdec.plugins import DecodeState, Drafter, GenerationContext
+from specdec.sampling import SamplingParams, process_logits
+from specdec.target import TargetRunner, context_length
+
+from .draft_schedule import ConfidenceExit, HeuristicLength
+from .draft_vocab import VocabMapping, resolve_vocab
+
+
+class DraftModelOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    model: Any = Field("default", description='a transformers causal LM, a local model directory, or "default" '
+                                              "(the bundled draft of specdec's default pair)")
+    tokenizer: Any | None = Field(None, description="the draft's tokenizer, compared with the target's when both "
+                                                    "are known (loaded from a model directory when present)")
+    k: int = Field(5, ge=1, le=256, description="tokens per draft (initial length for the heuristic schedule)")
+    schedule: Literal["constant", "heuristic", "confidence"] = Field(
+        "constant", description="constant: always k; heuristic: +2 if all accepted else -1 (transformers); "
+                                "confidence: up to k, stop when the draft's top probability < threshold")
+    k_max: int | None = Field(None, ge=1, le=256, description="ceiling of the heuristic schedule (default 4k)")
+    confidence_threshold: float = Field(0.4, ge=0.0, le=1.0, description="gamma of the confidence exit")
+    adaptive_threshold: bool = Field(False, description="update gamma online (Draft & Verify)")
+    target_acceptance: float = Field(0.9, gt=0.0, le=1.0, description="alpha of the adaptive update")
+    threshold_step: float = Field(0.01, gt=0.0, le=1.0, description="epsilon of the adaptive update")
+    rate_smoothing: float = Field(0.5, ge=0.0, lt=1.0, description="beta1: EMA factor of the acceptance rate")
+    threshold_smoothing: float = Field(0.9, ge=0.0, lt=1.0, description="beta2: EMA factor of gamma")
+    branches: int = Field(1, ge=1, le=16, description="children per node in the first branch_depth levels")
+    branch_depth: int = Field(1, ge=0, le=8, description="how many levels branch (with branches > 1)")
+    shared_vocab_size: int | None = Field(None, ge=1, description="ids [0, n) shared by target and draft; only "
+                                                                  "needed when sizes differ and no tokenizer is known")
+
+    @field_validator("model")
+    @classmethod
+    def _model_kind(cls, value: Any) -> Any:
+        if isinstance(value, (str, os.PathLike)):
+            if str(value) != "default" and not Path(value).is_dir():
+                raise ValueError(f"model path {str(value)!r} is not a local directory (specdec never downloads)")
+            return value
+        if isinstance(value, torch.nn.Module) and hasattr(value, "config"):
+            return value
+        raise ValueError(f'model must be a transformers causal LM, a local directory or "default", '
+                         f"got {type(value).__name__}")
+
+    @model_validator(mode="after")
+    def _schedule_options(self) -> DraftModelOptions:
+        if self.k_max is not None and self.k_max < self.k:
+            raise ValueError(f"k_max ({self.k_max}) must be >= k ({self.k})")
+        if self.adaptive_threshold and self.schedule != "confidence":
+            raise ValueError('adaptive_threshold needs schedule="confidence"')
+        return self
+
+
+@lru_cache(maxsize=4)
+def _load_from_path(path: str) -> tuple[Any, Any | None]:
+    """Load a draft model (and its tokenizer when one is saved beside it) from local files once."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if path == "default":
+        from specdec.zoo import default_model_dir
+
+        root = default_model_dir()
+        model_dir, tokenizer_dir = root / "draft", root / "target"
+        if not (model_dir / "model.safetensors").is_file():
+            raise FileNotFoundError(f"specdec's default draft model is missing under {model_dir}")
+    else:
+        model_dir = tokenizer_dir = Path(path)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True).eval()
+    tokenizer = None
+    if any(Path(tokenizer_dir).glob("tokenizer*")):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    return model, tokenizer
+
+
+def tree_levels(branches: int, branch_depth: int, depth: int) -> list[list[int]]:
+    """Parent node index of every node, level by level (BFS order; -1 = the root).
+
+    Levels 1..branch_depth give every frontier node `branches` children; deeper levels one."""
+    levels: list[list[int]] = []
+    frontier, count = [-1], 0
+    for level in range(1, depth + 1):
+        children = branches if level <= branch_depth else 1
+        parents = [node for node in frontier for _ in range(children)]
+        frontier = list(range(count, count + len(parents)))
+        count += len(parents)
+        levels.append(parents)
+    return levels
+
+
+class DraftModelDrafter(Drafter):
+    name = "draft_model"
+    description = "A small causal LM drafts chains or trees on its own KV cache (classic speculative decoding)."
+    Options = DraftModelOptions
+    provides_q = True
+
+    def __init__(self, options: BaseModel | None = None) -> None:
+        super().__init__(options)
+        opts: DraftModelOptions = self.options
+        self.confidence = ConfidenceExit(opts.confidence_threshold, opts.adaptive_threshold, opts.target_acceptance,
+                                         opts.threshold_step, opts.rate_smoothing, opts.threshold_smoothing)
+        self.model: Any = None
+        self.vocab: VocabMapping | None = None
+        self._runner: TargetRunner | None = None
+        self._rows: list[int] = []
+        self._last: dict[str, Any] | None = None
+        self._stats: dict[str, Any] = {}
+
+    # -- setup and teardown ------------------------------------------------------------------
+    def _draft_model(self) -> tuple[Any, Any | None]:
+        opts: DraftModelOptions = self.options
+        if isinstance(opts.model, (str, os.PathLike)):
+            model, tokenizer = _load_from_path(str(opts.model))
+        else:
+            model, tokenizer = opts.model, None
+        return model, opts.tokenizer if opts.tokenizer is not None else tokenizer
+
+    def setup(self, context: GenerationContext) -> None:
+        opts: DraftModelOptions = self.options
+        self.model, draft_tokenizer = self._draft_model()
+        self.vocab = resolve_vocab(context.model, self.model, context.tokenizer, draft_tokenizer,
+                                   opts.shared_vocab_size)
+        check_model_supported(self.model)
+        self.draft_context = context_length(self.model)
+        self.sampling: SamplingParams = context.sampling
+        self.device = context.device
+        depth_cap = opts.k if opts.schedule != "heuristic" else (opts.k_max or 4 * opts.k)
+        self.tree = opts.branches > 1 and opts.branch_depth > 0
+        nodes = depth_cap
+        if self.tree:
+            nodes = sum(len(level) for level in tree_levels(opts.branches, opts.branch_depth, depth_cap))
+            if nodes > context.max_draft_nodes:
+                raise DrafterError(f"drafter 'draft_model': a tree of depth {depth_cap} with branches="
+                                   f"{opts.branches}, branch_depth={opts.branch_depth} has {nodes} nodes, more than "
+                                   f"max_draft_nodes={context.max_draft_nodes}")
+        self.depth_cap = min(depth_cap, context.max_draft_nodes)
+        self.heuristic = HeuristicLength(opts.k, self.depth_cap)
+        self.confidence.reset_rate()
+
+        prompts = context.prompts
+        batch, longest = len(prompts), max(len(p) for p in prompts)
+        self._runner = TargetRunner(self.model, batch, longest + context.max_new_tokens + nodes + 2)
+        prefill = torch.zeros(batch, max(longest - 1, 0), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            body = torch.as_tensor(prompt[:-1], dtype=torch.long)
+            prefill[row, : len(body)] = body
+        self._runner.prefill(self.vocab.to_draft_ids(prefill), torch.tensor([len(p) - 1 for p in prompts]))
+        self._rows = list(range(batch))
+        self._last = None
+        self._stats = {"draft_vocab": self.vocab.describe(), "draft_forwards": 0, "draft_cache_peak_bytes": 0}
+        self._track_memory()
+
+    def finish(self) -> None:
+        if self._runner is not None:
+            self._track_memory()
+            self._runner.release()
+        self._runner = None
+        self._last = None
+
+    def stats(self) -> dict[str, Any]:
+        out = dict(self._stats)
+        if self.options.schedule == "confidence":
+            out["confidence_threshold"] = self.confidence.threshold
+        return out
+
+    def _track_memory(self) -> None:
+        if self._runner is not None:
+            used = self._runner.cache.memory_bytes()
+            self._stats["draft_cache_peak_bytes"] = max(self._stats.get("draft_cache_peak_bytes", 0), used)
+
+    # -- drafting ----------------------------------------------------------------------------
+    def _sync_rows(self, row_ids: list[int]) -> None:
+        """Follow rows leaving the batch: keep the draft cache's rows aligned with the engine's."""
+        if row_ids != self._rows:
+            keep = [self._rows.index(row) for row in row_ids]
+            self._runner.select_rows(torch.tensor(keep, dtype=torch.long))
+            self._rows = list(row_ids)
+
+    def _row_depths(self, state: DecodeState) -> torch.Tensor:
+        """Max draft depth per row this step: schedule, token budget and the draft's context."""
+        opts: DraftModelOptions = self.options
+        if opts.schedule == "heuristic":
+            wanted = torch.tensor([self.heuristic.length(row) for row in state.row_ids])
+        else:
+            wanted = torch.full((state.batch_size,), self.depth_cap)
+        depths = torch.minimum(wanted, state.max_depth.cpu().clamp(min=0))
+        if self.draft_context is not None:
+            # Drafted token i (0-based) is fed at position len(seq) + i; the last one is never fed.
+            longest = max(len(seq) for seq in state.sequences)
+            depths = depths.clamp(max=max(self.draft_context - longest + 1, 0))
+        return depths
+
+    def _feed_pending(self, sequences: list[list[int]]) -> torch.Tensor:
+        """Feed each row's committed tokens not yet in the draft cache (at least the root) and
+        return the draft's logits after the root, mapped to the target's ids [B, V]."""
+        runner = self._runner
+        starts = runner.lengths.tolist()
+        pending = [seq[start:] for seq, start in zip(sequences, starts)]
+        width = max(len(p) for p in pending)
+        ids = torch.zeros(len(pending), width, dtype=torch.long)
+        for b, tokens in enumerate(pending):
+            ids[b, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long)
+            ids[b, len(tokens):] = tokens[-1]
+        logits = runner.scratch_forward(self.vocab.to_draft_ids(ids))
+        self._stats["draft_forwards"] += 1
+        last = torch.tensor([len(p) - 1 for p in pending], device=logits.device)
+        root_logits = logits[torch.arange(len(pending), device=logits.device), last]
+        runner.set_lengths(torch.tensor([len(seq) for seq in sequences]))
+        return self.vocab.to_target(root_logits.float()).to(self.device)
+
+    def _choose(self, logits: torch.Tensor, count: int, generator: torch.Generator):
+        """`count` children per distribution in logits [..., V]: the top ones when greedy, i.i.d.
+        samples of q otherwise. Returns (tokens [..., count], q [..., V] or None)."""
+        if self.sampling.greedy:
+            tokens = logits.topk(count, dim=-1).indices if count > 1 else logits.argmax(dim=-1, keepdim=True)
+            return tokens, None
+        q = process_logits(logits, self.sampling)
+        flat = q.reshape(-1, q.shape[-1])
+        tokens = torch.multinomial(flat, count, replacement=True, generator=generator)
+        return tokens.reshape(*q.shape[:-1], count), q
+
+    def _confident(self, logits: torch.Tensor) -> torch.Tensor:
+        """[...] bool: whether the draft's top probability (raw softmax) reaches gamma."""
+        return logits.softmax(dim=-1).amax(dim=-1) >= self.confidence.threshold
+
+    def propose(self, state: DecodeState) -> Draft:
+        self._sync_rows(state.row_ids)
+        self._last = None
+        depths = self._row_depths(state)
+        if int(depths.max()) <= 0:
+            return Draft.empty(state.batch_size)
+        runner = self._runner
+        runner.set_lengths(torch.minimum(runner.lengths, torch.tensor([len(seq) - 1 for seq in state.sequences])))
+        if self.draft_context is not None:
+            # Pending tokens are fed right-padded to the longest pending run of the batch.
+            width = max(len(seq) - int(start) for seq, start in zip(state.sequences, runner.lengths.tolist()))
+            if int(runner.lengths.max()) + width > self.draft_context:
+                return Draft.empty(state.batch_size)
+        root_logits = self._feed_pending(state.sequences)
+        if self.tree:
+            draft = self._propose_tree(state, root_logits, depths)
+        else:
+            draft = self._propose_chain(state, root_logits, depths)
+        self._track_memory()
+        return draft
+
+    def _propose_chain(self, state: DecodeState, logits: torch.Tensor, depths: torch.Tensor) -> Draft:
+        batch, steps = state.batch_size, int(depths.max())
+        confidence_exit = self.options.schedule == "confidence"
+        tokens = torch.zeros(batch, steps, dtype=torch.long, device=self.device)
+        q_steps: list[torch.Tensor] = []
+        counts = torch.zeros(batch, dtype=torch.long)
+        going = depths > 0
+        fed = 0
+        for i in range(steps):
+            chosen, q = self._choose(logits, 1, state.generator)
+            tokens[:, i] = chosen[:, 0]
+            if q is not None:
+                q_steps.append(q)
+            counts += going.long()
+            if confidence_exit:
+                going &= self._confident(logits).cpu()
+            going &= depths > i + 1
+            if not bool(going.any()):
+                break
+            step_logits = self._runner.scratch_forward(self.vocab.to_draft_ids(tokens[:, i : i + 1]), offset=i)
+            self._stats["draft_forwards"] += 1
+            fed = i + 1
+            logits = self.vocab.to_target(step_logits[:, -1].float()).to(self.device)
+        width = int(counts.max())
+        q_all = torch.stack(q_steps[:width], dim=1) if q_steps else None
+        self._last = {"kind": "chain", "tokens": tokens[:, :width].cpu(), "fed": fed}
+        return Draft.chain(tokens[:, :width], counts, q_all)
+
+    def _propose_tree(self, state: DecodeState, logits: torch.Tensor, depths: torch.Tensor) -> Draft:
+        opts: DraftModelOptions = self.options
+        batch, steps = state.batch_size, int(depths.max())
+        confidence_exit = opts.schedule == "confidence"
+        levels = tree_levels(opts.branches, opts.branch_depth, steps)
+        runner = self._runner
+        runner.set_lengths(runner.lengths - 1)  # the root is re-fed as input 0 of every tree forward
+        roots = torch.tensor([[seq[-1]] for seq in state.sequences], dtype=torch.long)
+        token_parts: list[torch.Tensor] = []
+        q_parts: list[torch.Tensor] = []
+        parents: list[int] = []
+        counts = torch.zeros(batch, dtype=torch.long)
+        going = depths > 0
+        frontier_logits = logits[:, None, :]  # [B, F, V]
+        fed_nodes = 0
+        for level, level_parents in enumerate(levels, start=1):
+            children = len(level_parents) // frontier_logits.shape[1]
+            chosen, q = self._choose(frontier_logits, children, state.generator)  # [B, F, c]
+            token_parts.append(chosen.reshape(batch, -1))
+            if q is not None:
+                q_parts.append(q[:, :, None, :].expand(-1, -1, children, -1).reshape(batch, -1, q.shape[-1]))
+            parents.extend(level_parents)
+            counts += going.long() * len(level_parents)
+            if confidence_exit:
+                going &= self._confident(frontier_logits).any(dim=1).cpu()
+            going &= depths > level
+            if not bool(going.any()) or level == len(levels):
+                break
+            node_tokens = torch.cat(token_parts, dim=1).cpu()
+            input_parents = torch.tensor([0] + [p + 1 for p in parents], dtype=torch.long)[None, :].expand(batch, -1)
+            tree_depths, visible = tree_layout(input_parents.contiguous())
+            ids = self.vocab.to_draft_ids(torch.cat([roots, node_tokens], dim=1))
+            out = runner.verify_forward(ids, tree_depths, visible)
+            self._stats["draft_forwards"] += 1
+            fed_nodes = len(parents)
+            new = out[:, 1 + len(parents) - len(level_parents) : 1 + len(parents)]
+            frontier_logits = self.vocab.to_target(new.float()).to(self.device)
+        width = int(counts.max())
+        node_tokens = torch.cat(token_parts, dim=1)[:, :width]
+        parent_tensor = torch.tensor(parents[:width], dtype=torch.long, device=self.device).expand(batch, -1)
+        q_all = torch.cat(q_parts, dim=1)[:, :width] if q_parts else None
+        self._last = {"kind": "tree", "tokens": node_tokens.cpu(), "fed": fed_nodes}
+        return Draft(node_tokens, parent_tensor.contiguous(), counts.to(self.device), q_all)
+
+    # -- learning from the verdict -------------------------------------------------------------
+    def observe(self, state: DecodeState, draft: Draft, verdict: Verdict, committed: list[list[int]],
+                extra_logits: torch.Tensor | None) -> None:
+        self._advance_cache(verdict, committed)
+        opts: DraftModelOptions = self.options
+        if opts.schedule == "constant" or draft.width == 0:
+            return
+        drafted = node_depths(draft.parents, draft.node_mask()).max(dim=1).values.tolist()
+        accepted = verdict.num_accepted.tolist()
+        for row, depth, kept in zip(state.row_ids, drafted, accepted):
+            if opts.schedule == "heuristic":
+                self.heuristic.update(row, depth, kept)
+            else:
+                self.confidence.update(depth, kept, depth >= self.depth_cap)
+
+    def _advance_cache(self, verdict: Verdict, committed: list[list[int]]) -> None:
+        """Move the draft cache's committed length over the drafted tokens the verdict kept."""
+        last, self._last = self._last, None
+        if last is None:
+            return
+        runner = self._runner
+        tokens, fed = last["tokens"], last["fed"]
+        path = verdict.accepted.cpu().clamp(min=0)
+        counts = verdict.num_accepted.cpu()
+        keep = torch.zeros(len(committed), dtype=torch.long)
+        for b, new in enumerate(committed):
+            row_path = path[b, : int(counts[b])].tolist()
+            for j, node in enumerate(row_path):
+                # A kept node's KV is valid only if it was fed to the draft and really committed.
+                if node >= fed or j >= len(new) or new[j] != int(tokens[b, node]):
+                    break
+                keep[b] = j + 1
+        if last["kind"] == "chain":
+            # Drafted token j sits at slot length + j, exactly where the committed token j goes.
+            runner.set_lengths(runner.lengths + keep)
+        else:
+            # Only the kept columns: the rest of the path may point at nodes that were never fed.
+            runner.commit(path[:, : int(keep.max())] + 1, keep)
