@@ -245,3 +245,19 @@ def test_search_cli_rejects_cache_of_other_settings(tmp_path) -> None:
                         cache_path=tmp_path / "c.json", progress=False)
     with pytest.raises(SystemExit):
         main(["--help"])
+
+
+@pytest.mark.parametrize("setting", ["t1.0", "t0.7-top_p0.9"])
+def test_rejection_sampling_with_layer_skip_matches_target(setting: str) -> None:
+    """Sampled self-drafts with their q, verified by rejection sampling, reproduce the target's joint
+    distribution of 3 tokens (chi-square over 20k rows; adaptive exit makes chain lengths vary per row)."""
+    from sampling_drafters import ContextLM, exact_joint, small_llama
+    from test_distribution import PROMPT, ROWS, SETTINGS, STEPS, _generate_counts, chi_square_p_value
+
+    target = small_llama(16, seed=0)
+    params = SETTINGS[setting]
+    joint = exact_joint(ContextLM(target), PROMPT, 16, STEPS, params)
+    drafter = _drafter({"mlp": [0]}, max_draft=3, gamma0=0.3)
+    counts, stats = _generate_counts(target, drafter, "rejection", params)
+    assert stats.accepted_tokens > 0.5 * ROWS
+    assert chi_square_p_value(counts, joint) > 1e-3
