@@ -111,10 +111,10 @@ def _group_tables(group: list[dict[str, Any]], model: str, dataset: str) -> list
     if with_positions:
         depth = min(8, max(len(c["categories"][OVERALL]["decode"]["acceptance_by_position"]) for c in with_positions))
         lines += ["Acceptance rate by draft position:", "",
-                  "| method | " + " | ".join(str(d + 1) for d in range(depth)) + " |", "|" + "---|" * (depth + 1)]
+                  "| method | batch | " + " | ".join(str(d + 1) for d in range(depth)) + " |", "|" + "---|" * (depth + 2)]
         for cell in with_positions:
             rates = cell["categories"][OVERALL]["decode"]["acceptance_by_position"]
-            lines.append(f"| {cell['label']} | " + " | ".join(_fmt(rates[d], ".0%") if d < len(rates) else "-"
+            lines.append(f"| {cell['label']} | {cell['batch_size']} | " + " | ".join(_fmt(rates[d], ".0%") if d < len(rates) else "-"
                                                              for d in range(depth)) + " |")
         lines.append("")
     return lines
