@@ -1,0 +1,238 @@
+"""The draft_model drafter: greedy equality (chain, tree, batch), schedules, q, vocabulary checks,
+its own cache (no re-prefill, rows leaving the batch, release)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import VOCAB, hf_greedy, tiny_model
+from specdec.drafters.draft_model import DraftModelDrafter, tree_levels
+from specdec.drafters.draft_schedule import ConfidenceExit, HeuristicLength
+
+import specdec
+from specdec.errors import DrafterError, PluginOptionsError
+from specdec.sampling import SamplingParams, process_logits
+
+NEW = 16
+PROMPTS = [[5, 6, 7, 8, 9], [1, 2, 3], [4, 17, 33, 60, 2, 9, 71, 12, 40, 3, 88]]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_model("llama")
+
+
+@pytest.fixture(scope="module")
+def expected(target):
+    return [hf_greedy(target, prompt, NEW) for prompt in PROMPTS]
+
+
+def noisy_copy(model, scale: float = 0.001, seed: int = 7):
+    """A draft that agrees with the target on most (not all) greedy tokens: accepts and rejects."""
+    draft = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in draft.parameters():
+            param.add_(scale * torch.randn(param.shape, generator=generator))
+    return draft
+
+
+@pytest.fixture(scope="module")
+def close_draft(target):
+    return noisy_copy(target)
+
+
+def _run(target, prompts, max_new_tokens=NEW, **options):
+    return specdec.generate(target, prompts, drafter="draft_model", drafter_options=options, verifier="exact",
+                            max_new_tokens=max_new_tokens)
+
+
+@pytest.mark.parametrize("options", [
+    dict(k=4),
+    dict(k=3, schedule="heuristic"),
+    dict(k=5, schedule="confidence", confidence_threshold=0.05, adaptive_threshold=True),
+    dict(k=4, branches=2),
+    dict(k=3, branches=2, branch_depth=2),
+])
+def test_greedy_batch_matches_transformers(target, expected, close_draft, options):
+    out = _run(target, PROMPTS, model=close_draft, **options)
+    assert out.sequences == expected
+    assert out.stats.accepted_tokens > 0  # the test exercises accepted drafts, not only bonus tokens
+    assert out.stats.accepted_tokens < out.stats.drafted_tokens  # ... and rejected ones
+
+
+@pytest.mark.parametrize("branches", [1, 2])
+def test_greedy_with_an_unrelated_draft_of_the_same_vocab(target, expected, branches):
+    out = _run(target, PROMPTS[:2], model=tiny_model("llama", seed=1), k=3, branches=branches)
+    assert out.sequences == expected[:2]
+
+
+def test_single_prompts_match(target, expected, close_draft):
+    for prompt, reference in zip(PROMPTS, expected):
+        assert _run(target, prompt, model=close_draft, k=4, branches=2).sequences[0] == reference
+
+
+def test_rows_leaving_the_batch(target, close_draft):
+    """Rows stop at different steps (eos); the draft cache must follow the surviving rows."""
+    long_run = [hf_greedy(target, prompt, 24) for prompt in PROMPTS]
+    eos = long_run[0][5]
+    want = [seq[: seq.index(eos) + 1] if eos in seq else seq for seq in long_run]
+    for branches in (1, 2):
+        out = specdec.generate(target, PROMPTS, drafter="draft_model", verifier="exact", max_new_tokens=24,
+                               eos_token_id=eos, drafter_options=dict(model=close_draft, k=3, branches=branches))
+        assert out.sequences == want
+        assert "eos" in out.finish_reasons
+
+
+def test_no_reprefill_and_cache_released(target, close_draft):
+    fed = []
+    handle = close_draft.model.embed_tokens.register_forward_hook(lambda mod, inp, out: fed.append(inp[0].numel()))
+    try:
+        drafter = DraftModelDrafter(DraftModelDrafter.Options(model=close_draft, k=4))
+        out = specdec.generate(target, PROMPTS[0], drafter=drafter, verifier="exact", max_new_tokens=40)
+    finally:
+        handle.remove()
+    stats = out.stats
+    # prompt once + each committed token at most once + each drafted token at most once
+    assert sum(fed) <= len(PROMPTS[0]) + stats.new_tokens + stats.drafted_tokens
+    assert drafter._runner is None  # finish() released the draft cache
+    assert stats.drafter_stats["draft_cache_peak_bytes"] > 0
+    assert stats.drafter_stats["draft_forwards"] == len(fed) - 1  # every forward but the prefill
+
+
+def test_heuristic_schedule_grows_and_shrinks(target):
+    perfect = _run(target, PROMPTS[0], max_new_tokens=40, model=target, k=2, schedule="heuristic")
+    assert perfect.stats.drafted_per_step[:4] == [2, 4, 6, 8]  # +2 after every fully accepted round
+    poor = _run(target, PROMPTS[0], max_new_tokens=12, model=tiny_model("llama", seed=3), k=5,
+                schedule="heuristic")
+    drafted = poor.stats.drafted_per_step
+    assert drafted[0] == 5 and drafted[-1] < 5  # -1 after a rejection
+    assert all(b in (a - 1, a + 2) or b == 1 for a, b in zip(drafted, drafted[1:]))
+
+    schedule = HeuristicLength(initial=3, ceiling=6)
+    schedule.update(0, drafted=3, accepted=3)
+    schedule.update(0, drafted=5, accepted=5)
+    assert schedule.length(0) == 6  # capped
+    for _ in range(9):
+        schedule.update(0, drafted=2, accepted=0)
+    assert schedule.length(0) == 1 and schedule.length(1) == 3  # floor 1; rows are independent
+
+
+def test_confidence_exit(target):
+    never = _run(target, PROMPTS[0], model=target, k=4, schedule="confidence", confidence_threshold=1.0)
+    assert set(never.stats.drafted_per_step) == {1}  # the first token is always proposed, then exit
+    always = _run(target, PROMPTS[0], model=target, k=4, schedule="confidence", confidence_threshold=0.0)
+    assert always.stats.drafted_per_step[:3] == [4, 4, 4]
+
+
+def test_adaptive_threshold_update_rule():
+    exit_rule = ConfidenceExit(0.6, adaptive=True, target_acceptance=0.8, step=0.01, rate_smoothing=0.5,
+                               threshold_smoothing=0.9)
+    exit_rule.update(drafted=4, accepted=1, drafted_full_length=False)  # AR = 0.25 <= alpha: raise
+    assert exit_rule.rate == pytest.approx(0.25)
+    assert exit_rule.threshold == pytest.approx(0.6 + 0.001)
+    exit_rule.update(drafted=2, accepted=2, drafted_full_length=False)  # AR = 0.625: still raise
+    assert exit_rule.rate == pytest.approx(0.625)
+    assert exit_rule.threshold == pytest.approx(0.602)
+    exit_rule.rate = 0.95
+    exit_rule.update(drafted=12, accepted=12, drafted_full_length=True)  # high AR at full K: unchanged
+    assert exit_rule.threshold == pytest.approx(0.602)
+    exit_rule.update(drafted=3, accepted=3, drafted_full_length=False)  # high AR, short draft: lower
+    assert exit_rule.threshold == pytest.approx(0.601)
+
+
+class RecordingDrafter(DraftModelDrafter):
+    def setup(self, context):
+        super().setup(context)
+        self.drafts = []
+
+    def propose(self, state):
+        draft = super().propose(state)
+        self.drafts.append(([list(s) for s in state.sequences], draft))
+        return draft
+
+
+@pytest.mark.parametrize("branches", [1, 2])
+def test_q_is_the_processed_draft_distribution(target, close_draft, branches):
+    sampling = SamplingParams(temperature=0.8, top_k=20, top_p=0.9)
+    drafter = RecordingDrafter(DraftModelDrafter.Options(model=close_draft, k=3, branches=branches))
+    specdec.generate(target, PROMPTS[:2], drafter=drafter, verifier="rejection", max_new_tokens=8, seed=0,
+                     temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    checked = 0
+    for sequences, draft in drafter.drafts[:3]:
+        assert draft.q is not None
+        for b, sequence in enumerate(sequences):
+            for i in range(int(draft.num_nodes[b])):
+                path, node = [], i
+                while node >= 0:
+                    path.insert(0, int(draft.tokens[b, node]))
+                    node = int(draft.parents[b, node])
+                with torch.no_grad():
+                    logits = close_draft(torch.tensor([sequence + path[:-1]])).logits[0, -1]
+                q = draft.q[b, i]
+                assert torch.allclose(q, process_logits(logits, sampling), atol=1e-5)
+                assert q.sum().item() == pytest.approx(1.0, abs=1e-5) and q[path[-1]] > 0
+                checked += 1
+    assert checked > 0
+
+
+def test_greedy_drafts_are_deterministic(target, close_draft):
+    drafter = RecordingDrafter(DraftModelDrafter.Options(model=close_draft, k=3))
+    specdec.generate(target, PROMPTS[0], drafter=drafter, verifier="exact", max_new_tokens=6)
+    assert all(draft.q is None for _, draft in drafter.drafts)
+
+
+def _word_tokenizer(tokens: list[str]):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(WordLevel({tok: i for i, tok in enumerate(tokens)}, unk_token=tokens[0]))
+    backend.pre_tokenizer = Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=tokens[0])
+
+
+def test_vocabulary_mismatch_is_refused_before_generation(target):
+    words = [f"w{i}" for i in range(VOCAB)]
+    same, shuffled = _word_tokenizer(words), _word_tokenizer(words[1:] + words[:1])
+    draft = tiny_model("llama", seed=1)
+    with pytest.raises(DrafterError, match="tokenizers differ"):
+        specdec.generate(target, [1, 2, 3], tokenizer=same, drafter="draft_model", verifier="exact",
+                         drafter_options=dict(model=draft, tokenizer=shuffled), max_new_tokens=4)
+    bigger = tiny_model("llama", vocab=VOCAB + 32, seed=1)
+    with pytest.raises(DrafterError, match="output sizes differ"):
+        _run(target, [1, 2, 3], max_new_tokens=4, model=bigger)
+    with pytest.raises(DrafterError, match="special token ids differ"):
+        _run(target, [1, 2, 3], max_new_tokens=4, model=tiny_model("llama", seed=1, eos_token_id=7))
+    with pytest.raises(PluginOptionsError, match="model must be"):
+        _run(target, [1, 2, 3], max_new_tokens=4, model=42)
+    with pytest.raises(PluginOptionsError, match="adaptive_threshold"):
+        _run(target, [1, 2, 3], max_new_tokens=4, model=draft, adaptive_threshold=True)
+
+
+def test_extra_unused_rows_are_mapped_explicitly(target, expected):
+    """A draft padded with unused rows at the end drafts for the target (and vice versa)."""
+    words = [f"w{i}" for i in range(VOCAB)]
+    tokenizer = _word_tokenizer(words)
+    padded_draft = tiny_model("llama", vocab=VOCAB + 32, seed=1)
+    out = specdec.generate(target, PROMPTS[0], tokenizer=tokenizer, drafter="draft_model", verifier="exact",
+                           drafter_options=dict(model=padded_draft, tokenizer=tokenizer, k=3), max_new_tokens=NEW)
+    assert out.sequences[0] == expected[0]
+    assert "96 shared ids" in out.stats.drafter_stats["draft_vocab"]
+    out = _run(target, PROMPTS[0], model=padded_draft, shared_vocab_size=VOCAB, k=3)
+    assert out.sequences[0] == expected[0]
+    padded_target = tiny_model("llama", vocab=VOCAB + 32)
+    out = _run(padded_target, PROMPTS[0], model=tiny_model("llama", seed=1), shared_vocab_size=VOCAB, k=3,
+               branches=2)
+    assert out.sequences[0] == hf_greedy(padded_target, PROMPTS[0], NEW)
+
+
+def test_tree_shape_and_node_budget(target):
+    assert tree_levels(2, 1, 3) == [[-1, -1], [0, 1], [2, 3]]
+    assert tree_levels(2, 2, 3) == [[-1, -1], [0, 0, 1, 1], [2, 3, 4, 5]]
+    with pytest.raises(DrafterError, match="max_draft_nodes"):
+        specdec.generate(target, [1, 2, 3], drafter="draft_model", verifier="exact", max_new_tokens=4,
+                         drafter_options=dict(model=target, k=8, branches=4, branch_depth=3), max_draft_nodes=64)
