@@ -147,6 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     command = "specdec bench " + shlex.join(argv)
     result = write_report(cells, records, config, args.out, command=command, sweep_seconds=elapsed)
     failures = result["summary"]["failures"]
+    for cell in result["summary"]["cells"]:
+        if cell["status"] != "ok":
+            print(f"  {cell['label']:<32} b={cell['batch_size']}  FAILED")
+            continue
+        overall = cell["categories"]["overall"]
+        tau = (overall.get("decode") or {}).get("tau")
+        speedup = overall.get("speedup")
+        print(f"  {cell['label']:<32} b={cell['batch_size']}  speedup "
+              f"{'-' if speedup is None else f'{speedup:.2f}x':>6}  tau {'-' if tau is None else f'{tau:.2f}':>5}  "
+              f"greedy check: {cell['equality']['status']}")
     print(f"wrote {args.out / 'results.md'}, results.json and {len(result['plots'])} plots in {elapsed:.0f} s")
     for failure in failures:
         print(f"FAILURE: {failure['label']} (batch {failure['batch_size']}): {failure['kind']}", file=sys.stderr)

@@ -192,7 +192,10 @@ def load_dataset(
     if path is None and kind == "text":
         raise DatasetError("a text dataset needs a path (one prompt per line)")
     file = Path(path) if path is not None else default_path(kind)
-    return select(LOADERS[kind](file), categories, per_category, source=str(file))
+    samples = LOADERS[kind](file)
+    if not samples:
+        raise DatasetError(f"{file}: no prompts in the file")
+    return select(samples, categories, per_category, source=str(file))
 
 
 class PromptBuilder:
