@@ -14,6 +14,8 @@ until `max_nodes`. Drafts are deterministic, so q is None.
 from __future__ import annotations
 
 import heapq
+import time
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -119,12 +121,15 @@ class AnpdDrafter(Drafter):
         self.tables: dict[int, NGramTable] = {}  # per row id
         self.eos: frozenset[int] = frozenset()
         self.engine_node_limit: int | None = None
+        self._stats: dict[str, Any] = {}
 
     def setup(self, context: GenerationContext) -> None:
         if not self.options.stop_on_miss and self.options.filler_token >= context.vocab_size:
             raise DrafterError(f"anpd: filler_token {self.options.filler_token} is outside the target's "
                                f"vocabulary of {context.vocab_size}")
         self.tables = {}
+        self._stats = {"propose_seconds": 0.0, "observe_seconds": 0.0, "table_build_seconds": 0.0,
+                       "empty_drafts": 0, "contexts_at_end": 0}
         self.engine_node_limit = context.max_draft_nodes
         config = getattr(context.model, "generation_config", None)
         eos = getattr(config, "eos_token_id", None)
@@ -134,11 +139,18 @@ class AnpdDrafter(Drafter):
         """The row's table, (re)built from the committed sequence when missing or out of step."""
         table = self.tables.get(row)
         if table is None or table.length != len(sequence):
+            started = time.perf_counter()
             table = NGramTable(self.options.n, self.options.branches, sequence)
             self.tables[row] = table
+            self._count("table_build_seconds", time.perf_counter() - started)
         return table
 
+    def _count(self, key: str, value: float) -> None:
+        if self._stats:  # empty when used without setup() (direct calls in tests)
+            self._stats[key] += value
+
     def propose(self, state: DecodeState) -> Draft:
+        started = time.perf_counter()
         options = self.options
         if len(self.tables) > state.batch_size:  # rows that left the batch are never seen again
             live = set(state.row_ids)
@@ -158,10 +170,15 @@ class AnpdDrafter(Drafter):
                 tokens, parents = draft_tree(table, table.tail, depth, options.branches, budget,
                                              options.stop_on_miss, options.filler_token, self.eos)
             rows.append((tokens, parents))
-        return Draft.from_rows(rows)
+            if not tokens:
+                self._count("empty_drafts", 1)
+        draft = Draft.from_rows(rows)
+        self._count("propose_seconds", time.perf_counter() - started)
+        return draft
 
     def observe(self, state, draft, verdict, committed, extra_logits) -> None:
         """Count exactly the committed tokens (accepted drafts, then the bonus) of each row."""
+        started = time.perf_counter()
         for b, row in enumerate(state.row_ids):
             table = self.tables.get(row)
             if table is None:
@@ -170,6 +187,13 @@ class AnpdDrafter(Drafter):
                 table.extend(committed[b])
             else:  # out of step (should not happen): rebuild lazily from the sequence next time
                 del self.tables[row]
+        self._count("observe_seconds", time.perf_counter() - started)
 
     def finish(self) -> None:
+        self._count("contexts_at_end", sum(len(t.contexts) for t in self.tables.values()))
         self.tables = {}
+
+    def stats(self) -> dict[str, Any]:
+        """The drafter's own wall time (propose includes the lazy table build from the prompt, also
+        reported alone), how many drafts were empty (miss at the first lookup), table size."""
+        return dict(self._stats)

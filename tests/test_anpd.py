@@ -227,6 +227,13 @@ def test_rows_with_different_budgets_finish_apart() -> None:
         assert out.sequences[row] == hf_greedy(model, prompt, len(out.sequences[row]))
 
 
+def test_reports_its_own_stats() -> None:
+    out = specdec.generate(tiny_model("llama"), REPETITIVE[0], drafter="anpd", max_new_tokens=12)
+    own = out.stats.drafter_stats
+    assert own["propose_seconds"] >= own["table_build_seconds"] > 0
+    assert own["observe_seconds"] > 0 and own["contexts_at_end"] > 0
+
+
 def test_is_the_default_drafter() -> None:
     out = specdec.generate(tiny_model("llama"), [1, 2, 3, 1, 2], max_new_tokens=4)
     assert out.drafter == "anpd"
