@@ -7,6 +7,7 @@ draft/verify/other split. MT-bench's second turn is asked after the method's own
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from collections.abc import Callable
@@ -172,6 +173,7 @@ def execute_cell(cell: Cell, workspace: Workspace, reference: dict[str, list[int
     record: dict[str, Any] = {"cell_id": cell.cell_id, "cell": cell.model_dump(mode="json"), "status": "ok",
                               "error": None, "samples": [], "calls": [], "notes": []}
     started = time.perf_counter()
+    record["load_average_start"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if cell.load_error is not None:
         record.update(status="failed", error=cell.load_error)
         return record
@@ -181,6 +183,7 @@ def execute_cell(cell: Cell, workspace: Workspace, reference: dict[str, list[int
         record.update(status="failed", error=f"{type(error).__name__}: {error}",
                       traceback=traceback.format_exc(limit=8))
     record["cell_seconds"] = time.perf_counter() - started
+    record["load_average_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return record
 
 

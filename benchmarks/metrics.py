@@ -182,6 +182,7 @@ def summarize(cells: list[Cell], records: list[dict[str, Any]]) -> dict[str, Any
         summaries.append({**base, "baseline": baseline_name, "categories": per_category, "equality": check,
                           "per_sample_tau": _per_sample_tau(record), "peak_memory_bytes": record["peak_memory_bytes"],
                           "memory_kind": record["memory_kind"], "verifier_lossless": record.get("verifier_lossless"),
-                          "notes": record.get("notes", []), "chat_template": record.get("chat_template"),
+                          "notes": record.get("notes", []), "cell_seconds": record.get("cell_seconds"),
+                          "load_average": [record.get("load_average_start"), record.get("load_average_end")], "chat_template": record.get("chat_template"),
                           "truncated_prompts": sum(t["truncated"] for s in record["samples"] for t in s["turns"])})
     return {"cells": summaries, "failures": failures}
