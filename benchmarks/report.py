@@ -79,6 +79,13 @@ def markdown(result: dict[str, Any], config: SweepConfig) -> str:
               "greedy `generate` at batch 1 (a mismatch of a lossless method is listed under FAILURES). "
               "`oracle(draft_length=k)` replays that reference output: the engine's ceiling at draft length k. "
               "Peak memory is the process's resident set size (CPU) or max allocated (CUDA) during the cell.", ""]
+    skipped = []
+    if "hf_assisted" in config.baselines and any(m.draft_path is None for m in config.models):
+        skipped.append("`hf_assisted` needs a draft model and was not run for models without one")
+    if any(b != 1 for b in config.batch_sizes) and set(config.baselines) - {"hf_generate"}:
+        skipped.append("transformers' prompt lookup and assisted generation refuse batches: run at batch 1 only")
+    if skipped:
+        lines += ["Baselines: " + "; ".join(skipped) + ".", ""]
     if notes:
         lines += ["Notes: " + " ".join(f"{note}." for note in notes), ""]
     return "\n".join(lines)
