@@ -201,7 +201,8 @@ class DraftModelDrafter(Drafter):
     def _sync_rows(self, row_ids: list[int]) -> None:
         """Follow rows leaving the batch: keep the draft cache's rows aligned with the engine's."""
         if row_ids != self._rows:
-            keep = [self._rows.index(row) for row in row_ids]
+            position = {row: index for index, row in enumerate(self._rows)}
+            keep = [position[row] for row in row_ids]
             self._runner.select_rows(torch.tensor(keep, dtype=torch.long))
             self._rows = list(row_ids)
 

@@ -117,6 +117,20 @@ def test_rejection_matches_target_joint(target, draft_lm, joints, setting, draft
     assert p_value > P_VALUE_THRESHOLD, f"p={p_value:.2e} tv={tv:.4f}"
 
 
+@pytest.mark.parametrize("branches", [1, 2])
+def test_rejection_with_the_draft_model_drafter(target, joints, branches):
+    """The shipped draft_model drafter (its own cache, q from the sampling module) as the stochastic
+    drafter: a sampled chain, and a tree whose root children are i.i.d. samples of q."""
+    from specdec.drafters.draft_model import DraftModelDrafter
+
+    setting = "t0.7-top_p0.9"
+    drafter = DraftModelDrafter(DraftModelDrafter.Options(model=perturbed_copy(target, scale=0.3, seed=1), k=2,
+                                                          branches=branches))
+    counts, stats = _generate_counts(target, drafter, "rejection", SETTINGS[setting])
+    assert stats.accepted_tokens > 0.2 * ROWS, stats.accepted_tokens
+    assert chi_square_p_value(counts, joints[setting]) > P_VALUE_THRESHOLD
+
+
 @pytest.mark.parametrize(
     ("broken", "drafter_name", "setting"),
     [
