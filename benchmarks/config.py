@@ -177,6 +177,9 @@ def check_plugins(config: SweepConfig) -> dict[str, str]:
     for spec in config.drafters:
         if spec.name not in registry.known_names("drafter"):
             registry.load_class("drafter", spec.name)  # raises with the known names and a close match
+    for model in config.models:
+        _check_model_files(model)
+    for spec in config.drafters:
         try:
             cls = registry.load_class("drafter", spec.name)
         except PluginLoadError as error:
@@ -189,6 +192,22 @@ def check_plugins(config: SweepConfig) -> dict[str, str]:
     return load_failures
 
 
+def _check_model_files(model: ModelSpec) -> None:
+    """Cheap existence checks, so a wrong path fails before any plugin or model work."""
+    if model.path == "default":
+        from specdec.zoo import default_model_dir
+
+        root = default_model_dir()
+        missing = [d for d in ("target", "draft") if not (root / d / "model.safetensors").is_file()]
+        if missing:
+            raise ConfigError(f"specdec's default model is missing ({', '.join(missing)} under {root}); "
+                              "build it with `specdec train-default` or give --model PATH")
+        return
+    for path in (model.path, model.draft):
+        if path not in (None, "default") and not Path(path).is_dir():
+            raise ConfigError(f"model path {path!r} is not a local directory (specdec never downloads)")
+
+
 def resolve_placeholders(options: dict[str, Any], draft: Any) -> dict[str, Any]:
     """Replace "@draft" option values with the model entry's draft (a path or a loaded model)."""
     if any(v == DRAFT_PLACEHOLDER for v in options.values()) and draft is None:
@@ -199,7 +218,7 @@ def resolve_placeholders(options: dict[str, Any], draft: Any) -> dict[str, Any]:
 def builtin_drafters() -> list[DrafterSpec]:
     """Every installed drafter (entry points), each with the options that fit the default model."""
     specs = []
-    for name in registry.known_names("drafter"):
+    for name in sorted(registry.known_names("drafter"), key=lambda n: (n != "none", n)):
         if name == ORACLE:
             continue
         options = {"model": DRAFT_PLACEHOLDER} if name == "draft_model" else {}

@@ -14,7 +14,7 @@ import torch
 from conftest import tiny_model
 from specdec.benchmarks import execute
 from specdec.benchmarks.cli import main as bench_main
-from specdec.benchmarks.config import SweepConfig, check_plugins
+from specdec.benchmarks.config import ConfigError, SweepConfig, check_plugins
 from specdec.benchmarks.datasets import DatasetError, PromptBuilder, load_dataset
 from specdec.benchmarks.metrics import summarize
 from specdec.benchmarks.report import write_report
@@ -174,9 +174,11 @@ def test_unknown_drafter_fails_before_any_model_is_loaded(tmp_path, monkeypatch,
     assert not (tmp_path / "out" / RESULTS_FILE).exists()
     code = bench_main(["--model", str(tmp_path / "no-such-model"), "--drafter", "nonee", "--out", str(tmp_path / "o")])
     assert code == 2 and "unknown drafter 'nonee'" in capsys.readouterr().err
-    bad_options = SweepConfig(models=["x"], drafters=[{"name": "oracle", "options": {"draft_length": 0}}])
+    bad_options = SweepConfig(models=[str(tmp_path)], drafters=[{"name": "oracle", "options": {"draft_length": 0}}])
     with pytest.raises(PluginOptionsError):
         check_plugins(bad_options)
+    with pytest.raises(ConfigError, match="is not a local directory"):
+        check_plugins(SweepConfig(models=[str(tmp_path / "missing")], drafters=["none"]))
 
 
 def test_second_turn_follows_the_models_own_answer(tiny_dir, data_files, tmp_path):
@@ -263,7 +265,7 @@ def test_mismatch_and_broken_drafter_are_reported_as_failures(tiny_dir, data_fil
 
 def test_config_from_yaml_json_and_flags(tmp_path):
     from specdec.benchmarks.cli import build_parser, config_from_args
-    from specdec.benchmarks.config import ConfigError, load_config
+    from specdec.benchmarks.config import load_config
     from specdec.benchmarks.datasets import repo_root
 
     example = load_config(repo_root() / "benchmarks" / "configs" / "example.yaml")
