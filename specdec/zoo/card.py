@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specdec.zoo.corpus import GSM8K_HELDOUT_LINES
-
 
 def _fmt_s(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
@@ -23,6 +21,14 @@ def _model_row(name: str, recipe: dict, ev: dict) -> str:
         f"| {name} | {shape} | {ev['params'][name]:,} | {ev['per_token_macs'][name]:,} | "
         f"{m['tokens_seen']:,} ({m['steps_done']} steps) | {_fmt_s(m['train_time_s'])} | "
         f"{m['final_train_loss_mean_last_20']:.3f} |"
+    )
+
+
+def _train_line(name: str, c: dict) -> str:
+    return (
+        f"{name}: AdamW (betas 0.9/0.95, weight decay {c['weight_decay']}), peak LR {c['lr']}, "
+        f"{c['warmup_steps']} warm-up steps then cosine to {c['min_lr_ratio']:.0%} of peak, fp32, "
+        f"batch {c['batch_size']} x {c['seq_len']} tokens, {c['steps']} steps, seed {c['seed']}."
     )
 
 
@@ -44,7 +50,7 @@ def render(recipe: dict, ev: dict) -> str:
         "",
         "## Models",
         "",
-        "| model | shape | parameters (tied embeddings) | matmul MACs / token (incl. LM head) | tokens seen | training time (2 CPU cores) | final training loss (mean of last 20 steps) |",
+        "| model | shape | parameters (tied embeddings) | matmul MACs / token (incl. LM head) | tokens seen | training wall time | final training loss (mean of last 20 steps) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
         _model_row("target", recipe, ev),
         _model_row("draft", recipe, ev),
@@ -54,9 +60,10 @@ def render(recipe: dict, ev: dict) -> str:
         "",
         f"Tokenizer: byte-level BPE, vocabulary {ev['uniform_ppl']}, `<|endoftext|>` as bos/eos/pad, trained on the",
         "training split only; shared by both models. Context length 1024 (trained on 256-token blocks).",
-        "Training: AdamW (betas 0.9/0.95, weight decay 0.1), cosine schedule with warm-up to 10% of peak,",
-        "fp32, batch 16 x 256 tokens, seed 0. Both models are plain next-token LMs on the same corpus.",
+        *[_train_line(name, recipe["models"][name]["config"]) for name in ("target", "draft")],
+        "Both models are plain next-token LMs on the same corpus (no distillation).",
         "",
+        *([f"Training conditions: {recipe['note']}", ""] if recipe.get("note") else []),
         "## Corpus",
         "",
         f"- Python {man['python']} standard library `*.py` files: {man['stdlib_files']} files,",
@@ -71,7 +78,7 @@ def render(recipe: dict, ev: dict) -> str:
         "",
         f"- Stdlib modules never trained on: {', '.join(f'`{m}`' for m in man['heldout_modules'])}",
         f"  ({len(man['heldout_stdlib_files'])} files).",
-        f"- The last {GSM8K_HELDOUT_LINES} lines of gsm8k/train.jsonl ({man['heldout_gsm8k_lines']}).",
+        f"- GSM8K prose: {man['heldout_gsm8k_lines']} of gsm8k/train.jsonl.",
         f"- Scored in {ev['seq_len']}-token blocks, teacher-forced, at most {ev['max_tokens_per_split']:,} tokens per split.",
         "",
         "## Held-out results",
@@ -94,7 +101,7 @@ def render(recipe: dict, ev: dict) -> str:
             f"bfloat16 rounding check: the unrounded fp32 target scores {ev['fp32_target_code_loss']:.4f} on held-out",
             f"code vs {ev['splits']['code']['target_loss']:.4f} for the shipped bf16 weights (both run in float32).",
         ]
-    lines += ["", "## Greedy samples (unedited, held-out prompts, 64 new tokens)", ""]
+    lines += ["", f"## Greedy samples (unedited, held-out prompts, {ev['new_tokens']} new tokens)", ""]
     for i, s in enumerate(ev["samples"], 1):
         for who in ("target", "draft"):
             lines += [f"### Sample {i}, {who}", "", "```", s["prompt"] + s[who], "```", ""]

@@ -106,6 +106,7 @@ def run(root: Path, seq_len: int, max_tokens: int, new_tokens: int, fp32_runs: P
     report: dict = {
         "seq_len": seq_len,
         "max_tokens_per_split": max_tokens,
+        "new_tokens": new_tokens,
         "splits": {k: v.as_dict() for k, v in results.items()},
         "overall": overall.as_dict(),
         "uniform_ppl": len(tokenizer),

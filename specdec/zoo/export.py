@@ -49,10 +49,10 @@ def run_summary(run_dir: Path) -> dict:
     }
 
 
-def export(runs: Path, out: Path) -> dict:
+def export(runs: Path, out: Path, note: str = "") -> dict:
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(runs / "tokenizer")
-    recipe: dict = {"models": {}}
+    recipe: dict = {"models": {}, "note": note}
     for name in ("target", "draft"):
         model = load_run(runs / name)
         model.to(torch.bfloat16).save_pretrained(out / name)
@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Export runs/{target,draft} into the package.")
     parser.add_argument("--runs", type=Path, default=Path("runs"))
     parser.add_argument("--out", type=Path, default=default_model_dir())
+    parser.add_argument("--note", default="", help="free text for the model card (e.g. machine load)")
     args = parser.parse_args(argv)
-    recipe = export(args.runs, args.out)
+    recipe = export(args.runs, args.out, args.note)
     print(json.dumps({k: v for k, v in recipe.items() if k != "manifest"}, indent=2))
     return 0
 

@@ -215,7 +215,8 @@ def _train(
         betas=(0.9, 0.95),
     )
     scheduler = get_cosine_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.steps)
-    scheduler.lr_lambdas = [_floored(scheduler.lr_lambdas[0], cfg.min_lr_ratio)] * len(optimizer.param_groups)
+    cosine = scheduler.lr_lambdas[0]
+    scheduler.lr_lambdas = [_floored(cosine, cfg.min_lr_ratio) for _ in optimizer.param_groups]
 
     ckpt_path = run_dir / "ckpt.pt"
     step, log, elapsed = 0, [], 0.0
@@ -224,6 +225,8 @@ def _train(
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
+        # The schedule's shape comes from the config, so a run can be extended or shortened on resume.
+        scheduler.lr_lambdas = [_floored(cosine, cfg.min_lr_ratio) for _ in optimizer.param_groups]
         step, log, elapsed = state["step"], state["log"], state["elapsed"]
         _set_rng_state(state["rng"])
     meta = {"config": asdict(cfg), "manifest": manifest, "params": model.num_parameters()}
