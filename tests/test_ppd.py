@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
+from specdec.drafters.ppd.draft_model import PPDDraftModelDrafter, PPDDraftModelOptions
 from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions
 from specdec.drafters.ppd.profile import device_key, run_profile, save_profile
 from specdec.drafters.ppd.prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
@@ -283,3 +284,36 @@ def test_profile_is_used_only_on_its_own_device(tmp_path) -> None:
         specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=3)
     assert drafter.tree_size != 16
     assert any("not reusing another device" in str(w.message) for w in caught)
+
+
+# -- PPD + draft model ----------------------------------------------------------------------------
+class _RecordingPPDDraftModel(PPDDraftModelDrafter):
+    def __init__(self, options) -> None:
+        super().__init__(PPDDraftModelOptions(**options))
+        self.log: list[tuple[list[int], list[int]]] = []
+
+    def propose(self, state):
+        draft = super().propose(state)
+        self.log.append((list(state.sequences[0]), draft.tokens[0, : int(draft.num_nodes[0])].tolist()))
+        return draft
+
+
+def test_ppd_draft_model_drafts_the_drafts_greedy_chain_and_stays_identical() -> None:
+    target = tiny_model("llama", seed=0)
+    draft = tiny_model("llama", seed=1, layers=1)
+    for prompt in ([5, 6, 7], list(range(3, 20))):
+        drafter = _RecordingPPDDraftModel({"model": draft, "random_init": True, "k": 4, "tree_size": 12})
+        out = specdec.generate(target, prompt, drafter=drafter, verifier="exact", max_new_tokens=24)
+        assert out.sequences[0] == hf_greedy(target, prompt, 24)
+        # PPD inside the draft is lossless for the draft: each chain is the draft's own greedy continuation
+        for sequence, tokens in drafter.log:
+            if tokens:
+                assert tokens == hf_greedy(draft, sequence, len(tokens))
+
+
+def test_ppd_draft_model_with_the_target_as_draft_accepts_everything() -> None:
+    target = tiny_model("llama", seed=0)
+    drafter = PPDDraftModelDrafter(PPDDraftModelOptions(model=target, random_init=True, k=4, tree_size=12))
+    out = specdec.generate(target, [5, 6, 7], drafter=drafter, verifier="exact", max_new_tokens=30)
+    assert out.sequences[0] == hf_greedy(target, [5, 6, 7], 30)
+    assert out.stats.mean_accepted == pytest.approx(5.0)

@@ -1,0 +1,201 @@
+"""PPD + draft model (the papers' combination, P §5.4): classic speculative decoding whose draft model
+itself decodes with PPD, so drafting k tokens takes about k / tau_draft draft forwards instead of k.
+
+The draft model keeps its own ragged KV cache of committed tokens (`TargetRunner`). Each outer step
+it rolls the cache back to the longest prefix it shares with the target's committed sequence, feeds
+the tokens it has not seen, then runs an inner guess-and-verify loop on itself: a `PPDDrafter`
+(prompts trained for the draft model) proposes, the draft verifies greedily (exact), until k tokens
+exist. Those are exactly the draft model's greedy continuation (PPD is lossless), proposed as a
+deterministic chain (q = None), so any verifier applies.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from specdec.verifiers.exact import ExactVerifier
+
+from specdec.draft import Draft, Verdict
+from specdec.engine import tree_layout
+from specdec.errors import DrafterError
+from specdec.plugins import DecodeState, Drafter, GenerationContext
+from specdec.sampling import SamplingParams
+from specdec.target import TargetRunner, context_length, model_device
+from specdec.validation import prune_draft
+
+from .drafter import PPDDrafter, PPDOptions
+
+
+class PPDDraftModelOptions(BaseModel):
+    """Options of the `ppd_draft_model` drafter."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    model: Any = Field("default", description='draft model: a transformers causal LM, a local directory, or '
+                                              '"default" (the bundled draft)')
+    checkpoint: str | None = Field(None, description="PPD prompts trained for the draft model; None = the "
+                                   "shipped ppd_draft_prompts for the default draft")
+    random_init: bool = Field(False, description="untrained draft prompts (tests)")
+    k: int = Field(5, ge=1, le=64, description="draft tokens per outer step")
+    tree_size: int = Field(16, ge=2, le=512, description="inner PPD tree size on the draft model")
+    num_ept: int | None = Field(None, ge=1, le=128)
+
+
+def _resolve_draft(spec: Any) -> torch.nn.Module:
+    if isinstance(spec, torch.nn.Module):
+        return spec
+    if spec == "default":
+        from specdec.zoo import load_default
+
+        return load_default().draft
+    from specdec.api import load_model
+
+    return load_model(str(spec))[0]
+
+
+class _Row:
+    """The draft model's cache for one row and which committed tokens it holds."""
+
+    def __init__(self, runner: TargetRunner) -> None:
+        self.runner = runner
+        self.cached: list[int] = []
+        self.prediction_root: int | None = None  # root token the inner PPD predictions are valid for
+
+
+class PPDDraftModelDrafter(Drafter):
+    name = "ppd_draft_model"
+    description = "Draft model accelerated by PPD inside its own loop, then verified by the target."
+    Options = PPDDraftModelOptions
+    provides_q = False
+
+    def __init__(self, options: PPDDraftModelOptions | None = None) -> None:
+        super().__init__(options)
+        self._rows: dict[int, _Row] = {}
+        self.draft_forwards = 0
+        self.drafted = 0
+
+    def setup(self, context: GenerationContext) -> None:
+        opts = self.options
+        self.draft = _resolve_draft(opts.model)
+        draft_vocab = int(self.draft.get_output_embeddings().weight.shape[0])
+        if draft_vocab != context.vocab_size:
+            raise DrafterError(f"ppd_draft_model: the draft's vocabulary ({draft_vocab}) differs from the "
+                               f"target's ({context.vocab_size}); use a draft with the same tokenizer")
+        checkpoint = opts.checkpoint
+        if checkpoint is None and not opts.random_init:
+            if opts.model != "default":
+                raise DrafterError("ppd_draft_model: give checkpoint=... (PPD prompts trained for the draft with "
+                                   "`specdec train-ppd --model DRAFT`) or random_init=True")
+            from specdec.zoo import default_model_dir
+
+            checkpoint = str(Path(default_model_dir()) / "ppd_draft_prompts.safetensors")
+        inner = {"checkpoint": checkpoint, "random_init": opts.random_init, "tree_size": opts.tree_size,
+                 "num_ept": opts.num_ept}
+        self.inner = PPDDrafter(PPDOptions(**{k: v for k, v in inner.items() if v is not None}))
+        self.greedy = SamplingParams()
+        self.generator = torch.Generator(device=model_device(self.draft))
+        self.inner.setup(GenerationContext(
+            model=self.draft, tokenizer=None, sampling=self.greedy, generator=self.generator,
+            prompts=context.prompts, max_new_tokens=context.max_new_tokens, vocab_size=draft_vocab,
+            device=model_device(self.draft), max_draft_nodes=1024))
+        self.context = context_length(self.draft)
+        self.capacity = max(len(p) for p in context.prompts) + context.max_new_tokens + 4 * opts.k + 64
+        self.verifier = ExactVerifier()
+        self._rows = {}
+        self.draft_forwards = 0
+        self.drafted = 0
+
+    def finish(self) -> None:
+        for row in self._rows.values():
+            row.runner.release()
+        self._rows = {}
+        if hasattr(self, "inner"):
+            self.inner.finish()
+
+    def stats(self) -> dict[str, Any]:
+        return {"draft_forwards": self.draft_forwards, "drafted_tokens": self.drafted,
+                "draft_tokens_per_forward": self.drafted / max(1, self.draft_forwards)}
+
+    # -- the outer step ------------------------------------------------------------------------
+    def propose(self, state: DecodeState) -> Draft:
+        rows = []
+        for b, row_id in enumerate(state.row_ids):
+            budget = min(self.options.k, int(state.max_depth[b]))
+            tokens = self._draft_row(row_id, state.sequences[b], budget) if budget > 0 else []
+            rows.append((tokens, list(range(-1, len(tokens) - 1))))
+        return Draft.from_rows(rows)
+
+    def observe(self, state: DecodeState, draft: Draft, verdict: Verdict, committed: list[list[int]],
+                extra_logits: torch.Tensor | None) -> None:
+        """Nothing to do: the next propose() syncs the draft cache with the committed sequence."""
+
+    # -- the inner PPD loop on the draft model ---------------------------------------------------
+    def _sync(self, row_id: int, sequence: list[int]) -> _Row:
+        row = self._rows.get(row_id)
+        if row is None:
+            row = self._rows[row_id] = _Row(TargetRunner(self.draft, 1, self.capacity))
+        known = sequence[:-1]
+        same = 0
+        limit = min(len(row.cached), len(known))
+        while same < limit and row.cached[same] == known[same]:
+            same += 1
+        if same < len(row.cached):  # roll back: slots past the length are simply overwritten later
+            row.cached = row.cached[:same]
+            row.runner.set_lengths(torch.tensor([same]))
+        if not (len(row.cached) == len(known) and row.prediction_root == sequence[-1]):
+            self.inner._predictions.pop(row_id, None)  # anchored elsewhere: start with the root chain
+        pending = known[len(row.cached):]
+        if pending:
+            row.runner.scratch_forward(torch.tensor([pending]), 0)
+            row.runner.commit(torch.arange(1, len(pending))[None, :], torch.tensor([len(pending) - 1]))
+            row.cached.extend(pending)
+            self.draft_forwards += 1
+        return row
+
+    def _draft_row(self, row_id: int, sequence: list[int], count: int) -> list[int]:
+        row = self._sync(row_id, sequence)
+        drafted: list[int] = []
+        root = sequence[-1]
+        while len(drafted) < count:
+            inner_state = DecodeState(row_ids=[row_id], sequences=[row.cached + [root]],
+                                      max_depth=torch.tensor([count - len(drafted) - 1]), sampling=self.greedy,
+                                      generator=self.generator, target=row.runner)
+            draft = self.inner.propose(inner_state)
+            extra_limit = None if self.context is None else torch.tensor(self.context - 1) - row.runner.lengths
+            draft = prune_draft(draft, inner_state.max_depth, extra_limit)
+            logits = self._forward(row.runner, root, draft)
+            width = draft.width
+            verdict = self.verifier.verify(draft, logits[:, : 1 + width], self.greedy, self.generator)
+            count_accepted = int(verdict.num_accepted[0])
+            accepted = verdict.accepted_tokens(draft)[0, :count_accepted].tolist()
+            row.runner.commit((verdict.accepted + 1).clamp(min=0), verdict.num_accepted)
+            row.cached.extend([root] + accepted)
+            new = accepted + [int(verdict.bonus[0])]
+            extra_logits = logits[:, 1 + width :] if draft.extra is not None else None
+            self.inner.observe(inner_state, draft, verdict, [new], extra_logits)
+            drafted.extend(new)
+            root = new[-1]
+            self.draft_forwards += 1
+        row.prediction_root = root
+        self.drafted += count
+        return drafted[:count]
+
+    @staticmethod
+    def _forward(runner: TargetRunner, root: int, draft: Draft) -> torch.Tensor:
+        """One tree forward of [root, nodes, prompt slots] on the draft model (the engine's layout)."""
+        count = int(draft.num_nodes[0])
+        tokens = torch.cat([torch.tensor([[root]]), draft.tokens[:, :count].cpu(),
+                            torch.full((1, draft.width - count), root)], dim=1)
+        node_parents = torch.where(draft.node_mask().cpu(), draft.parents.cpu() + 1, 0)
+        parents = torch.cat([torch.zeros(1, 1, dtype=torch.long), node_parents], dim=1)
+        extra = draft.extra
+        embeds = None
+        if extra is not None and extra.embeds.shape[1]:
+            slot_mask = torch.arange(extra.embeds.shape[1])[None, :] < extra.num_slots.cpu()[:, None]
+            parents = torch.cat([parents, torch.where(slot_mask, extra.parents.cpu() + 1, 0)], dim=1)
+            embeds = extra.embeds
+        depths, visible = tree_layout(parents)
+        return runner.verify_forward(tokens, depths, visible, embeds)
