@@ -93,18 +93,24 @@ def measure_accuracies(model, embeddings: torch.Tensor, stream: torch.Tensor, sa
     return accuracies, counts
 
 
-def _load_model(spec: str):
+def _load_model(spec: str, tokenizer_path: str | None = None):
     from specdec.api import load_model
 
-    model, tokenizer = load_model(spec)
+    tokenizer = None
+    if tokenizer_path is not None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=True)
+    model, tokenizer = load_model(spec, tokenizer)
     if tokenizer is None:
-        raise ValueError(f"{spec}: training needs a tokenizer beside the model")
+        raise ValueError(f"{spec}: training needs a tokenizer; put one beside the model or pass --tokenizer DIR")
     return model, tokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec train-ppd", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help='local model directory or "default"')
+    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: beside the model)")
     parser.add_argument("--data", nargs="+", required=True, help="text/.jsonl files or directories of .py/.txt")
     parser.add_argument("--out", default="ppd_prompts.safetensors")
     parser.add_argument("--steps", type=int, default=1000)
@@ -131,7 +137,7 @@ def train(args: argparse.Namespace, model=None, tokenizer=None) -> PromptCheckpo
     if args.threads:
         torch.set_num_threads(args.threads)
     if model is None:
-        model, tokenizer = _load_model(args.model)
+        model, tokenizer = _load_model(args.model, getattr(args, "tokenizer", None))
     model.eval()
     for param in model.parameters():
         param.requires_grad_(False)
