@@ -261,3 +261,15 @@ def test_rejection_sampling_with_layer_skip_matches_target(setting: str) -> None
     counts, stats = _generate_counts(target, drafter, "rejection", params)
     assert stats.accepted_tokens > 0.5 * ROWS
     assert chi_square_p_value(counts, joint) > 1e-3
+
+
+def test_skip_set_shipped_beside_the_model_is_the_default(tmp_path) -> None:
+    model = tiny_model("llama", layers=2)
+    model.save_pretrained(tmp_path / "model")
+    loaded = type(model).from_pretrained(tmp_path / "model").eval()
+    loaded.generation_config.eos_token_id = None
+    save_skip_set(tmp_path / "model" / "layer_skip.json", SkipSet(attention=(1,), mlp=(1,)), loaded)
+    drafter = LayerSkipDrafter()
+    out = specdec.generate(loaded, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=6)
+    assert drafter.skip_set == SkipSet(attention=(1,), mlp=(1,))
+    assert out.sequences[0] == hf_greedy(loaded, [1, 2, 3], 6)
