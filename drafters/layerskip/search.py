@@ -268,11 +268,13 @@ def search_skip_set(
     seed: int = 1,
     progress: bool = True,
     prompts_description: str = "",
+    time_budget: float | None = None,
 ) -> SearchResult:
     """Search a skip set for `model`; resumes from `cache_path` and writes `out_path` when given.
 
     `iterations` counts suggestions in total (including ones replayed from the cache), each either
-    timed (a new mask) or answered from the cache (a mask already timed).
+    timed (a new mask) or answered from the cache (a mask already timed). `time_budget` (seconds) stops
+    the suggestions early; the re-timing and the result file follow either way.
     """
     from bayes_opt import BayesianOptimization
     from tqdm.auto import tqdm
@@ -306,8 +308,11 @@ def search_skip_set(
     queued = [_mask_to_params(m, keys) for m in seed_masks(layers)]
     queued += optimizer.random_sample(max(0, init_points))
     bar = tqdm(total=iterations, initial=min(len(history), iterations), desc="search-layers", disable=not progress)
+    loop_started = time.perf_counter()
     try:
         while len(history) < iterations:
+            if time_budget is not None and time.perf_counter() - loop_started > time_budget:
+                break
             index = len(history)
             started = time.perf_counter()
             if index < len(queued):
@@ -392,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt-tokens", type=int, default=128, help="keep the last N tokens of each prompt")
     parser.add_argument("--iterations", type=int, default=100, help="total BO iterations (resumed ones count)")
     parser.add_argument("--init-points", type=int, default=5, help="random points before the GP steers")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
+                        help="stop suggesting after this long (then re-time and write the result)")
     parser.add_argument("--out", default="layer_skip.json", help="skip-set file to write")
     parser.add_argument("--cache", default=None, help="search cache (default: OUT with .search.json)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
@@ -430,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     result = search_skip_set(model, prompts, args.iterations, settings=settings, cache_path=cache, out_path=out,
                              init_points=args.init_points, retime_top=args.retime_top,
                              retime_repeats=args.retime_repeats, seed=args.seed, progress=not args.quiet,
-                             prompts_description=description)
+                             prompts_description=description,
+                             time_budget=None if args.time_budget is None else 60 * args.time_budget)
     print(f"best skip set: {result.skip.describe()}")
     print(f"  {result.tokens_per_second:.1f} tok/s vs plain greedy {result.baseline_tokens_per_second:.1f} tok/s "
           f"(speedup {result.speedup:.2f}x, re-timed median)")
