@@ -81,6 +81,38 @@ def accuracy_at_distances(model, embeddings: torch.Tensor, sequences: list[list[
             "samples": int(counts[0].sum())}
 
 
+def to_markdown(report: dict) -> str:
+    """The tables of results.json in readable form."""
+    lines = [f"Command: `{report['command']}`", "",
+             f"Tree: n={report['tree_size']} with m={report['num_prompts']} prompt tokens "
+             f"(builder's expected tau {report['expected_tau']:.2f}); {report['max_new_tokens']} new tokens max; "
+             f"torch threads {report['threads']}.", "",
+             "| dataset | method | tau | tokens/s | speedup vs plain greedy | identical to greedy | prompts |",
+             "|---|---|---|---|---|---|---|"]
+    for dataset, methods in report["summary"].items():
+        for method, row in methods.items():
+            lines.append(f"| {dataset} | {method} | {row['tau']:.2f} | {row['tokens_per_s']:.1f} | "
+                         f"{row['speedup']:.2f}x | {row['identical']} | {row['prompts']} |")
+    acc = report["accuracy_on_benchmark_outputs"]
+    lines += ["", f"Prompt-token accuracy on the target's greedy outputs of these prompts ({acc['samples']} cut points):",
+              "", "| distance | top-1 | top-10 |", "|---|---|---|"]
+    for k, (top1, top10) in enumerate(zip(acc["top1"], acc["top10"]), start=1):
+        lines.append(f"| {k} | {top1:.3f} | {top10:.3f} |")
+    held = report.get("checkpoint_accuracies_heldout")
+    if held:
+        lines += ["", "On held-out training-distribution text (stored in the checkpoint):", "",
+                  "| distance | top-1 | top-10 |", "|---|---|---|"]
+        for k, row in enumerate(held, start=1):
+            lines.append(f"| {k} | {row[0]:.3f} | {sum(row):.3f} |")
+    mem = report["memory"]
+    lines += ["", f"Memory: {mem['prompt_parameters']} prompt parameters = {mem['prompt_embedding_bytes']} bytes "
+              f"(float32) vs {mem['model_parameter_bytes']} bytes of model parameters = "
+              f"{mem['overhead_percent']:.4f}%; checkpoint file {mem['checkpoint_file_bytes']} bytes.", ""]
+    if report["failures"]:
+        lines += ["Methods that failed to run: " + json.dumps(report["failures"]), ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="benchmarks/results/ppd")
@@ -169,13 +201,15 @@ def main(argv: list[str] | None = None) -> int:
 
     report = {"command": "python -m specdec.benchmarks.ppd_bench " + " ".join(argv or sys.argv[1:]),
               "machine": machine_info(), "threads": args.threads, "max_new_tokens": args.max_new_tokens,
-              "tree_size": probe.tree_size, "expected_tau": probe.trees.expected_tau,
+              "tree_size": probe.tree_size, "num_prompts": probe.num_prompts,
+              "expected_tau": probe.trees.expected_tau,
               "checkpoint_info": {k: v for k, v in checkpoint.info.items() if k != "losses_every_10"},
               "checkpoint_accuracies_heldout": checkpoint.accuracies, "accuracy_on_benchmark_outputs": accuracy,
               "summary": summary, "memory": memory, "profile": profile_entry, "failures": failures,
               "runs": {m: {d: [{k: v for k, v in r.items() if k != "tokens"} for r in runs]
                            for d, runs in per.items()} for m, per in results.items()}}
     (out_dir / "results.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out_dir / "results.md").write_text(to_markdown(report))
     print(json.dumps({"summary": summary, "accuracy": accuracy, "memory": memory}, indent=1))
     return 0
 

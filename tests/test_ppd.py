@@ -13,7 +13,7 @@ import torch
 from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
 from specdec.drafters.ppd.draft_model import PPDDraftModelDrafter, PPDDraftModelOptions
 from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions
-from specdec.drafters.ppd.profile import device_key, run_profile, save_profile
+from specdec.drafters.ppd.profile import device_key, plot_profile, run_profile, save_profile
 from specdec.drafters.ppd.prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
 from specdec.drafters.ppd.train import read_texts, train
 from specdec.drafters.ppd.trees import (
@@ -268,13 +268,17 @@ def test_profile_is_used_only_on_its_own_device(tmp_path) -> None:
     checkpoint = random_checkpoint(model)
     path = tmp_path / "ppd_prompts.safetensors"
     checkpoint.save(path)
-    entry = run_profile(model, checkpoint, [4, 8, 16], "dynamic", context=16, repeats=2)
-    assert entry["best_size"] in (4, 8, 16) and len(entry["latency_s"]) == 3
+    entry = run_profile(model, checkpoint, [4, 8, 16], "dynamic", context=16, repeats=2, prompt_counts=[2, 3])
+    assert entry["best_size"] in (4, 8, 16) and entry["best_num_prompts"] in (2, 3)
+    assert set(entry["curves"]) == {"2", "3"} and len(entry["curves"]["3"]["latency_s"]) == 3
+    plot_profile(entry, tmp_path / "profile.png", "test")
+    assert (tmp_path / "profile.png").stat().st_size > 1000
     profile = tmp_path / "ppd_prompts.profile.json"
-    save_profile(profile, checkpoint.fingerprint, device_key("cpu"), dict(entry, best_size=8))
+    save_profile(profile, checkpoint.fingerprint, device_key("cpu"), dict(entry, best_size=8, best_num_prompts=2))
     drafter = PPDDrafter(PPDOptions(checkpoint=str(path)))
-    specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=3)
-    assert drafter.tree_size == 8
+    out = specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=6)
+    assert drafter.tree_size == 8 and drafter.num_prompts == 2
+    assert out.sequences[0] == hf_greedy(model, [1, 2, 3], 6)
 
     foreign = tmp_path / "foreign.json"
     save_profile(foreign, checkpoint.fingerprint, "cuda:Some GPU", dict(entry, best_size=16))

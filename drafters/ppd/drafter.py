@@ -40,7 +40,8 @@ class PPDOptions(BaseModel):
         None, description="prompt checkpoint from `specdec train-ppd`; None = the shipped prompts of the "
                           "default model (an error for other models)")
     random_init: bool = Field(False, description="untrained prompts from token embeddings (tests, smoke runs)")
-    num_prompts: int = Field(3, ge=1, le=8, description="prompt tokens m (random_init only)")
+    num_prompts: int | None = Field(None, ge=1, le=8, description="prompt tokens m used: random_init 3; with "
+                                    "a checkpoint the first m of its prompts (None = the profile's or all)")
     num_ept: int | None = Field(None, ge=1, le=128, description="ensemble prompt tokens per prompt used at "
                                 "inference; None = all in the checkpoint (random_init: 1)")
     tree: Literal["dynamic", "static"] = Field("dynamic", description="dynamic sparse tree per state, or "
@@ -108,7 +109,7 @@ class PPDDrafter(Drafter):
         if opts.random_init:
             if opts.checkpoint is not None:
                 raise DrafterError("ppd: give either checkpoint=... or random_init=True, not both")
-            return random_checkpoint(model, opts.num_prompts, opts.num_ept or 1, opts.seed), None
+            return random_checkpoint(model, opts.num_prompts or 3, opts.num_ept or 1, opts.seed), None
         path = Path(opts.checkpoint) if opts.checkpoint is not None else default_checkpoint_path()
         if opts.checkpoint is None and not path.is_file():
             raise PPDCheckpointError(
@@ -127,10 +128,11 @@ class PPDDrafter(Drafter):
             checkpoint.check_model(model, f"PPD checkpoint {str(path)!r}")
         return checkpoint, path
 
-    def _choose_size(self, checkpoint_path: Path | None, device: torch.device) -> int:
+    def _choose_size(self, checkpoint_path: Path | None, device: torch.device) -> tuple[int, int | None]:
+        """(tree size, prompt count or None) from the options, else this device's profile."""
         opts = self.options
         if opts.tree_size is not None:
-            return opts.tree_size
+            return opts.tree_size, None
         profile_file = Path(opts.profile) if opts.profile else (
             profile_path_for(checkpoint_path) if checkpoint_path is not None else None)
         key = device_key(device)
@@ -139,7 +141,7 @@ class PPDDrafter(Drafter):
                 raise DrafterError(f"ppd: profile {opts.profile!r} does not exist")
             warnings.warn(f"ppd: no hardware profile for this checkpoint; using tree size {DEFAULT_TREE_SIZE}. "
                           "Run `specdec profile --model ...` to size the tree for this device.", stacklevel=2)
-            return DEFAULT_TREE_SIZE
+            return DEFAULT_TREE_SIZE, None
         profile = load_profile(profile_file)
         entry = profile.get("devices", {}).get(key)
         if entry is None:
@@ -147,8 +149,14 @@ class PPDDrafter(Drafter):
             warnings.warn(f"ppd: {profile_file} has no profile for device {key!r} (profiled: {known}); not "
                           f"reusing another device's size, using tree size {DEFAULT_TREE_SIZE}. Run `specdec "
                           "profile` on this device.", stacklevel=2)
-            return DEFAULT_TREE_SIZE
-        return int(entry["best_size"])
+            return DEFAULT_TREE_SIZE, None
+        if opts.num_prompts is not None and opts.num_prompts != entry.get("best_num_prompts"):
+            curve = entry.get("curves", {}).get(str(opts.num_prompts))
+            if curve is None:
+                return DEFAULT_TREE_SIZE, None
+            ratios = [t / s for t, s in zip(curve["tau"], curve["latency_s"])]
+            return int(curve["sizes"][ratios.index(max(ratios))]), None
+        return int(entry["best_size"]), entry.get("best_num_prompts")
 
     def setup(self, context: GenerationContext) -> None:
         model = context.model
@@ -156,10 +164,12 @@ class PPDDrafter(Drafter):
         num_ept = self.options.num_ept or checkpoint.num_ept
         if num_ept > checkpoint.num_ept:
             raise DrafterError(f"ppd: num_ept={num_ept} but the checkpoint has {checkpoint.num_ept} per prompt")
-        m = checkpoint.num_prompts
-        accuracies = checkpoint.accuracies or prior_accuracies(m, min(10, context.vocab_size))
+        self.tree_size, profiled_m = self._choose_size(path, context.device)
+        m = self.options.num_prompts or profiled_m or checkpoint.num_prompts
+        if m > checkpoint.num_prompts:
+            raise DrafterError(f"ppd: num_prompts={m} but the checkpoint has {checkpoint.num_prompts} prompt tokens")
+        accuracies = (checkpoint.accuracies or prior_accuracies(checkpoint.num_prompts, min(10, context.vocab_size)))[:m]
         self._topk = len(accuracies[0])
-        self.tree_size = self._choose_size(path, context.device)
         self.trees = _cached_trees(json.dumps(accuracies), m, self.tree_size, self.options.tree)
         widest = max(len(t.paths) for t in self.trees.trees.values())
         if widest > context.max_draft_nodes:
@@ -167,10 +177,11 @@ class PPDDrafter(Drafter):
                                f"{context.max_draft_nodes}; lower tree_size or raise max_draft_nodes")
         self._layouts = {d: _StateLayout(t.layout(num_ept)) for d, t in self.trees.trees.items()}
         embed = model.get_input_embeddings().weight
-        table = checkpoint.embeddings[:, :num_ept].reshape(m * num_ept, -1)
+        table = checkpoint.embeddings[:m, :num_ept].reshape(m * num_ept, -1)
         self._table = table.to(embed.device, embed.dtype)
         self.checkpoint = checkpoint
         self._num_ept = num_ept
+        self.num_prompts = m
         self._predictions = {}
 
     # -- the loop ------------------------------------------------------------------------------
@@ -229,7 +240,7 @@ class PPDDrafter(Drafter):
             anchor_wanted = int(accepted[b, counts[b] - 1]) if int(counts[b]) else -1
             anchors, hops = _anchors_and_hops(extra.parents[b, :num].cpu(), width)
             predictions = []
-            for k in range(1, self.checkpoint.num_prompts + 1):
+            for k in range(1, self.num_prompts + 1):
                 chosen = ((anchors == anchor_wanted) & (hops == k)).nonzero(as_tuple=True)[0]
                 if chosen.numel() == 0:
                     break  # pruned at the context/budget limit: fewer predictions, smaller state

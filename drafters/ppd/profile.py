@@ -9,6 +9,7 @@ import json
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -63,60 +64,66 @@ def _tree_inputs(tree) -> tuple[torch.Tensor, int]:
     return torch.tensor([parents]), len(parents)
 
 
-def measure_latency(model, trees_by_size: dict[int, object], context: int, repeats: int, seed: int = 0
-                    ) -> dict[int, float]:
-    """Median seconds of one verification forward (mask building included) per tree size, on a
-    prefix of `context` tokens. Sizes are interleaved each round so load drift on a shared machine
-    hits all sizes alike. Size 0 = plain decoding (one input token)."""
+def measure_latency(model, trees_by_key: dict[Any, object], context: int, repeats: int, seed: int = 0
+                    ) -> dict[Any, float]:
+    """Median seconds of one verification forward (mask building included) per tree configuration, on
+    a prefix of `context` tokens. Configurations are interleaved each round so load drift on a shared
+    machine hits all alike. Key None = plain decoding (one input token)."""
     from specdec.engine import tree_layout
     from specdec.target import TargetRunner
 
     vocab = model.get_input_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(seed)
     prefix = torch.randint(0, vocab, (1, context), generator=generator)
-    inputs = {0: (torch.zeros(1, 1, dtype=torch.long), 1)}
-    for size, trees in trees_by_size.items():
-        inputs[size] = _tree_inputs(trees.trees[trees.num_prompts])
+    inputs: dict[Any, tuple[torch.Tensor, int]] = {None: (torch.zeros(1, 1, dtype=torch.long), 1)}
+    for key, trees in trees_by_key.items():
+        inputs[key] = _tree_inputs(trees.trees[trees.num_prompts])
     biggest = max(count for _, count in inputs.values())
     runner = TargetRunner(model, 1, context + biggest + 2)
     runner.prefill(prefix, torch.tensor([context]))
-    times: dict[int, list[float]] = {size: [] for size in inputs}
+    times: dict[Any, list[float]] = {key: [] for key in inputs}
     for round_index in range(repeats + 1):
-        for size, (parents, count) in inputs.items():
+        for key, (parents, count) in inputs.items():
             token_ids = torch.randint(0, vocab, (1, count), generator=generator)
             start = time.perf_counter()
             depths, visible = tree_layout(parents)
             runner.verify_forward(token_ids, depths, visible)
             elapsed = time.perf_counter() - start
             if round_index:  # the first round warms up
-                times[size].append(elapsed)
+                times[key].append(elapsed)
     runner.release()
-    return {size: sorted(values)[len(values) // 2] for size, values in times.items()}
+    return {key: sorted(values)[len(values) // 2] for key, values in times.items()}
 
 
 def plot_profile(entry: dict, path: str | Path, title: str) -> None:
+    """Three panels: tau(n), latency(n), tau(n)/latency(n), one curve per prompt count m, n* marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sizes = entry["sizes"]
-    tau, latency = entry["tau"], [1000 * t for t in entry["latency_s"]]
-    ratio = [t / lat for t, lat in zip(tau, latency)]
-    best = entry["best_size"]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for ax, values, label in zip(axes, (tau, latency, ratio),
-                                 ("tau(n) expected tokens/step", "latency(n) ms per forward",
-                                  "tau(n)/latency(n) tokens per ms")):
-        ax.plot(sizes, values, "o-")
-        ax.axvline(best, color="red", linestyle="--", label=f"chosen n*={best}")
-        ax.set_xlabel("tree size n (candidates + prompts)")
+    best, best_m = entry["best_size"], entry["best_num_prompts"]
+    plain = 1000 * entry["latency_plain_s"]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for m, curve in sorted(entry["curves"].items()):
+        sizes = curve["sizes"]
+        tau, latency = curve["tau"], [1000 * t for t in curve["latency_s"]]
+        ratio = [t / lat for t, lat in zip(tau, latency)]
+        style = "o-" if int(m) == best_m else "o--"
+        for ax, values in zip(axes, (tau, latency, ratio)):
+            ax.plot(sizes, values, style, label=f"m={m} prompt tokens", alpha=1.0 if int(m) == best_m else 0.5)
+    titles = ("tau(n): expected tokens per step", "latency(n): ms per verification forward",
+              "tau(n)/latency(n): tokens per ms")
+    for ax, label in zip(axes, titles):
+        ax.axvline(best, color="red", linestyle="--", label=f"chosen n*={best} (m={best_m})")
+        ax.set_xlabel("tree size n (candidates + prompts; excl. root and its m prompts)", fontsize=8)
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3)
-    axes[1].axhline(1000 * entry["latency_plain_s"], color="gray", linestyle=":", label="plain decode (1 token)")
-    axes[2].axhline(1.0 / (1000 * entry["latency_plain_s"]), color="gray", linestyle=":", label="plain decode")
+    axes[0].axhline(1.0, color="gray", linestyle=":", label="plain decode")
+    axes[1].axhline(plain, color="gray", linestyle=":", label="plain decode (1 token)")
+    axes[2].axhline(1.0 / plain, color="gray", linestyle=":", label="plain decode")
     for ax in axes:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -130,7 +137,9 @@ def build_parser():
     parser.add_argument("--model", required=True, help='local model directory or "default"')
     parser.add_argument("--checkpoint", default=None, help="PPD prompt checkpoint (default: the shipped one "
                         "for --model default)")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 12, 16, 24, 32, 48, 64, 96, 128])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96])
+    parser.add_argument("--num-prompts", type=int, nargs="+", default=None,
+                        help="prompt counts m to try (the first m of the checkpoint's); default: all of them")
     parser.add_argument("--tree", choices=["dynamic", "static"], default="dynamic")
     parser.add_argument("--context", type=int, default=256, help="prefix length while timing")
     parser.add_argument("--repeats", type=int, default=30)
@@ -140,21 +149,31 @@ def build_parser():
     return parser
 
 
-def run_profile(model, checkpoint, sizes: list[int], tree: str, context: int, repeats: int) -> dict:
-    """Profile entry for this device: sizes, tau, latency, and the size maximising tau/latency."""
+def run_profile(model, checkpoint, sizes: list[int], tree: str, context: int, repeats: int,
+                prompt_counts: list[int] | None = None) -> dict:
+    """Profile entry for this device: per prompt count m, tau(n) and latency(n); the (m, n) maximising
+    tau/latency. Using the first m' < m prompts of a chain is exact (prompt k never sees later ones)."""
     from .drafter import _cached_trees
     from .trees import prior_accuracies
 
     accuracies = checkpoint.accuracies or prior_accuracies(checkpoint.num_prompts)
-    trees = {n: _cached_trees(json.dumps(accuracies), checkpoint.num_prompts, n, tree) for n in sizes}
+    counts = prompt_counts or [checkpoint.num_prompts]
+    if any(not 1 <= m <= checkpoint.num_prompts for m in counts):
+        raise ValueError(f"--num-prompts must be within 1..{checkpoint.num_prompts} (the checkpoint's)")
+    trees = {(m, n): _cached_trees(json.dumps(accuracies[:m]), m, n, tree) for m in counts for n in sizes}
     latency = measure_latency(model, trees, context, repeats)
-    tau = [trees[n].expected_tau for n in sizes]
-    ratio = [t / latency[n] for t, n in zip(tau, sizes)]
-    best = sizes[max(range(len(sizes)), key=ratio.__getitem__)]
-    return {"sizes": sizes, "tau": tau, "latency_s": [latency[n] for n in sizes], "latency_plain_s": latency[0],
-            "inputs_per_step": [trees[n].trees[trees[n].num_prompts].num_inputs for n in sizes],
-            "best_size": best, "tree": tree, "context": context, "repeats": repeats,
-            "torch_threads": torch.get_num_threads(),
+    curves, best, best_ratio = {}, None, -1.0
+    for m in counts:
+        tau = [trees[m, n].expected_tau for n in sizes]
+        lat = [latency[m, n] for n in sizes]
+        curves[str(m)] = {"sizes": sizes, "tau": tau, "latency_s": lat,
+                          "inputs_per_step": [trees[m, n].trees[m].num_inputs for n in sizes]}
+        for n, t, seconds in zip(sizes, tau, lat):
+            if t / seconds > best_ratio:
+                best, best_ratio = (m, n), t / seconds
+    return {"curves": curves, "best_num_prompts": best[0], "best_size": best[1],
+            "expected_speedup_vs_plain": best_ratio * latency[None], "latency_plain_s": latency[None],
+            "tree": tree, "context": context, "repeats": repeats, "torch_threads": torch.get_num_threads(),
             "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "tau_from": "measured accuracies" if checkpoint.accuracies else "prior (untrained)"}
 
@@ -175,13 +194,16 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = PromptCheckpoint.load(checkpoint_path)
     checkpoint.check_model(model, str(checkpoint_path))
     key = device_key(model.get_input_embeddings().weight.device)
-    entry = run_profile(model, checkpoint, sorted(set(args.sizes)), args.tree, args.context, args.repeats)
+    counts = args.num_prompts or list(range(1, checkpoint.num_prompts + 1))
+    entry = run_profile(model, checkpoint, sorted(set(args.sizes)), args.tree, args.context, args.repeats,
+                        sorted(set(counts)))
     out = Path(args.out) if args.out else profile_path_for(checkpoint_path)
     save_profile(out, checkpoint.fingerprint, key, entry)
-    for n, t, lat in zip(entry["sizes"], entry["tau"], entry["latency_s"]):
-        print(f"n={n:4d} tau={t:.3f} latency={1000 * lat:7.2f} ms  tau/latency={t / (1000 * lat):.3f}/ms")
-    print(f"plain decode latency {1000 * entry['latency_plain_s']:.2f} ms; best size for {key}: {entry['best_size']}"
-          f" -> {out}")
+    for m, curve in entry["curves"].items():
+        for n, t, lat in zip(curve["sizes"], curve["tau"], curve["latency_s"]):
+            print(f"m={m} n={n:4d} tau={t:.3f} latency={1000 * lat:7.2f} ms  tau/latency={t / (1000 * lat):.4f}/ms")
+    print(f"plain decode latency {1000 * entry['latency_plain_s']:.2f} ms; best for {key}: m={entry['best_num_prompts']}"
+          f" n={entry['best_size']} (expected speedup {entry['expected_speedup_vs_plain']:.2f}x) -> {out}")
     if args.plot:
         plot_profile(entry, args.plot, f"PPD hardware profile on {key}")
         print(f"plot -> {args.plot}")
