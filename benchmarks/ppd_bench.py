@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-dataset", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--others", nargs="*", default=["anpd", "draft_model"], help="drafters to compare tau with")
+    parser.add_argument("--others", nargs="*", default=["anpd", "draft_model", "ppd_draft_model"], help="drafters to compare with")
     parser.add_argument("--tree-size", type=int, default=None, help="override the profiled size")
     parser.add_argument("--model", default="default", help="default, or a local model directory (development)")
     parser.add_argument("--checkpoint", default=None, help="prompt checkpoint (default: the shipped one)")
