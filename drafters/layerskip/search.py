@@ -73,6 +73,9 @@ class Measurement:
     wall_tokens_per_second: float = 0.0
     cpu_tokens_per_second: float = 0.0
     draft_forwards: int = 0
+    steps: int = 0  # verification forwards
+    draft_seconds: float = 0.0  # wall, from the engine's stats
+    verify_seconds: float = 0.0
 
 
 @dataclass
@@ -96,7 +99,7 @@ def measure(model: Any, prompts: list[list[int]], skip: SkipSet | None, settings
         drafter = LayerSkipDrafter(LayerSkipOptions(skip=skip, max_draft=settings.max_draft, gamma0=settings.gamma0,
                                                     alpha=settings.alpha, adaptive=settings.adaptive))
     tokens = steps = drafted = accepted = 0
-    wall = cpu = 0.0
+    wall = cpu = draft_seconds = verify_seconds = 0.0
     for prompt in prompts:
         cpu_start = time.process_time()
         out = specdec.generate(model, prompt, drafter=drafter, verifier="exact", max_new_tokens=settings.max_new_tokens,
@@ -108,6 +111,8 @@ def measure(model: Any, prompts: list[list[int]], skip: SkipSet | None, settings
         drafted += stats.drafted_tokens
         accepted += stats.accepted_tokens
         wall += stats.wall_time
+        draft_seconds += stats.draft_time
+        verify_seconds += stats.verify_time
     seconds = cpu if settings.clock == "cpu" else wall
     return Measurement(
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
@@ -117,6 +122,7 @@ def measure(model: Any, prompts: list[list[int]], skip: SkipSet | None, settings
         wall_tokens_per_second=tokens / wall if wall > 0 else 0.0,
         cpu_tokens_per_second=tokens / cpu if cpu > 0 else 0.0,
         draft_forwards=drafter.draft_forwards if skip is not None else 0,
+        steps=steps, draft_seconds=draft_seconds, verify_seconds=verify_seconds,
     )
 
 
