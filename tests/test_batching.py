@@ -26,7 +26,7 @@ def _prompts(batch: int) -> list[list[int]]:
     return [(torch.randint(1, VOCAB, (5,), generator=generator).tolist() * 4)[:n] for n in lengths]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _alone(prompt: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(hf_greedy(_model(), list(prompt), NEW_TOKENS))
 

@@ -79,6 +79,7 @@ case = st.fixed_dictionaries({
     "use_eos": st.booleans(),
     "seed": st.integers(0, 10_000),
     "batch_mode": st.sampled_from(["unpadded", "padded"]),
+    "verifier": st.sampled_from(["exact", "rejection", "typical"]),  # all must be greedy at temperature 0
 })
 
 
@@ -88,7 +89,8 @@ def _check(params: dict) -> None:
     eos = 7 if params["use_eos"] else None
     truth = {row: _reference(arch, context, p, 40, None) for row, p in enumerate(prompts)}
     drafter = FuzzDrafter(params["seed"], truth, eos)
-    out = specdec.generate(_model(arch, context), [list(p) for p in prompts], drafter=drafter, verifier="exact",
+    out = specdec.generate(_model(arch, context), [list(p) for p in prompts], drafter=drafter,
+                           verifier=params["verifier"],
                            max_new_tokens=new_tokens, eos_token_id=eos, batch_mode=params["batch_mode"])
     for prompt, sequence, reason in zip(prompts, out.sequences, out.finish_reasons):
         expected = _reference(arch, context, prompt, new_tokens, eos)
