@@ -41,7 +41,10 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     if params.greedy:
         index = logits.argmax(dim=-1, keepdim=True)
         return torch.zeros_like(logits).scatter_(-1, index, 1.0)
-    logits = logits / params.temperature
+    # Shift so the max is 0 and floor the temperature at the smallest normal float: a tiny
+    # temperature then tends to greedy (ties share the mass) instead of 0/0 = nan.
+    temperature = max(params.temperature, torch.finfo(logits.dtype).tiny)
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
     if params.top_k is not None and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
