@@ -211,6 +211,25 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tune_k(candidates: list[int], texts: list[str], target, draft, tokenizer, max_new: int, limit: int,
+           counter: ForwardCounter) -> tuple[int, dict[int, float]]:
+    """Pick K for the fixed schedules on held-out text (GSM8K *train* questions, never the
+    benchmark prompts): the K with the best specdec fixed-K tokens/s."""
+    speeds: dict[int, float] = {}
+    warm = {"kind": "specdec", "options": {"model": draft, "k": candidates[0]}}
+    run_method("warm-up", warm, target, draft, tokenizer, list(tokenizer(texts[0])["input_ids"]), 8, counter)
+    for k in candidates:
+        spec = {"kind": "specdec", "options": {"model": draft, "k": k}}
+        tokens = seconds = 0.0
+        for text in texts:
+            ids = list(tokenizer(text)["input_ids"])[-limit:]
+            run = run_method("tune", spec, target, draft, tokenizer, ids, max_new, counter)
+            tokens, seconds = tokens + len(run["tokens"]), seconds + run["seconds"]
+        speeds[k] = tokens / seconds
+        print(f"tune: k={k} {speeds[k]:.1f} tok/s", file=sys.stderr)
+    return max(speeds, key=speeds.get), speeds
+
+
 def load_pair(args) -> tuple[Any, Any, Any, str]:
     if args.target is None:
         pair = specdec.load_default()
@@ -235,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=4, help="draft length of the fixed schedules (HF and specdec)")
     parser.add_argument("--tree-k", type=int, default=4, help="depth of specdec's tree drafts")
     parser.add_argument("--branches", type=int, default=2, help="root children of specdec's tree drafts")
+    parser.add_argument("--tune-k", type=int, nargs="*", default=[],
+                        help="candidate K values: pick --k by specdec fixed-K speed on GSM8K train questions")
+    parser.add_argument("--tune-file", type=Path, default=DATA / "gsm8k" / "train.jsonl")
+    parser.add_argument("--tune-prompts", type=int, default=4)
     parser.add_argument("--methods", nargs="*", help="subset of methods to run (hf_greedy always runs)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadiest on a shared CPU)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "draft_model")
@@ -250,10 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     context = target.config.max_position_embeddings
     prompts = load_prompts(args.spec_bench, args.humaneval_file, args.per_subtask, args.humaneval)
     limit = context - args.max_new_tokens
-    methods_all = build_methods(draft, args.k, args.tree_k, args.branches)
-    names = ["hf_greedy"] + [m for m in methods_all if m != "hf_greedy" and (not args.methods or m in args.methods)]
     counter = ForwardCounter(target)
     load_start = [round(x, 2) for x in os.getloadavg()]
+    tuning = None
+    if args.tune_k:
+        with open(args.tune_file, encoding="utf-8") as handle:
+            texts = [json.loads(line)["question"] for line, _ in zip(handle, range(args.tune_prompts))]
+        args.k, speeds = tune_k(args.tune_k, texts, target, draft, tokenizer, args.max_new_tokens, limit, counter)
+        tuning = {"file": str(args.tune_file), "prompts": len(texts), "tokens_per_s_by_k": speeds, "chosen_k": args.k}
+    methods_all = build_methods(draft, args.k, args.tree_k, args.branches)
+    names = ["hf_greedy"] + [m for m in methods_all if m != "hf_greedy" and (not args.methods or m in args.methods)]
 
     warm = tokenizer("def f(x):\n    return")["input_ids"]
     for name in names:  # warm-up: first calls pay one-off costs (lazy init, allocator)
@@ -288,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"max_new_tokens": args.max_new_tokens, "k": args.k, "tree_k": args.tree_k,
                      "branches": args.branches, "threads": args.threads, "per_subtask": args.per_subtask,
                      "humaneval": args.humaneval, "hf_assisted_defaults": hf_assisted_defaults(draft)},
+        "k_tuning": tuning,
         "methods": names,
         "specdec_options": {n: {k: v for k, v in methods_all[n].get("options", {}).items() if k != "model"}
                             for n in names if n.startswith("specdec")},
