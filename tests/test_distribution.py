@@ -21,7 +21,7 @@ from sampling_drafters import (
     perturbed_copy,
     small_llama,
 )
-from specdec.verifiers.exact import longest_accepted_path
+from specdec.verifiers.exact import ExactVerifier, longest_accepted_path
 from specdec.verifiers.rejection import RejectionVerifier
 
 import specdec
@@ -133,6 +133,16 @@ def test_rejection_with_the_draft_model_drafter(target, joints, branches):
     assert chi_square_p_value(counts, joints[setting]) > P_VALUE_THRESHOLD
 
 
+@pytest.mark.parametrize("drafter_name", ["sampled_tree", "topk_tree"])
+def test_exact_match_sampling_matches_target_joint(target, draft_lm, joints, drafter_name):
+    """`exact` at temperature > 0 (sample the target at every node, keep matching nodes) is lossless
+    too, also for trees with duplicate siblings (i.i.d. children repeat tokens)."""
+    counts, _ = _generate_counts(target, DRAFTERS[drafter_name](draft_lm), "exact", SETTINGS["t1.0"])
+    p_value = chi_square_p_value(counts, joints["t1.0"])
+    print(f"\n[exact {drafter_name} t1.0] chi2 p={p_value:.3g}")
+    assert p_value > P_VALUE_THRESHOLD
+
+
 @pytest.mark.parametrize(
     ("broken", "drafter_name", "setting"),
     [
@@ -177,3 +187,20 @@ def test_many_siblings_first_token_marginal(stochastic):
     first = torch.where(verdict.num_accepted > 0, verdict.accepted_tokens(draft)[:, 0], verdict.bonus)
     counts = torch.bincount(first, minlength=vocab)
     assert chi_square_p_value(counts, process_logits(root_logits, sampling)) > P_VALUE_THRESHOLD
+
+
+@pytest.mark.parametrize("verifier", [ExactVerifier(), RejectionVerifier()])
+def test_duplicate_siblings_do_not_bias_the_next_token(verifier):
+    """Root children [y, y] (two copies), under copy A token 1, under copy B token 2. Given y was
+    emitted first, the next token must follow p(. | y) (uniform here). Picking whichever copy's
+    subtree happens to match would favour token 2 (0.375 instead of 0.25 before the fix)."""
+    rows, vocab = 100_000, 4
+    root, after_y = torch.tensor([2.0, 0.0, 0.0, 0.0]), torch.zeros(vocab)
+    logits = torch.stack([root, after_y, after_y, torch.zeros(vocab), torch.zeros(vocab)]).expand(rows, 5, vocab)
+    draft = Draft(torch.tensor([[0, 0, 1, 2]]).expand(rows, 4).clone(),
+                  torch.tensor([[-1, -1, 0, 1]]).expand(rows, 4).clone(), torch.full((rows,), 4))
+    verdict = verifier.verify(draft, logits, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0))
+    first_is_y = verdict.num_accepted >= 1
+    second = torch.where(verdict.num_accepted >= 2, verdict.accepted_tokens(draft)[:, 1], verdict.bonus)
+    counts = torch.bincount(second[first_is_y], minlength=vocab)
+    assert chi_square_p_value(counts, torch.full((vocab,), 1 / vocab)) > P_VALUE_THRESHOLD

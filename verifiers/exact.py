@@ -3,7 +3,8 @@
 At temperature 0 the target's choice is its argmax, so output is token-identical to greedy
 decoding. At temperature > 0 the target's choice is a sample from its processed distribution at
 each node, which keeps the output distributed exactly as the target's (HF's "exact-match
-sampling"), though it accepts less than rejection sampling.
+sampling"), though it accepts less than rejection sampling. Nodes with equal token paths share one
+sample of the target (see `ExactVerifier.verify`), which keeps trees with duplicate siblings lossless.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import torch
 from specdec.draft import Draft, Verdict, node_depths, path_to
 from specdec.plugins import Verifier
 from specdec.sampling import SamplingParams, sample_or_argmax
+
+from ._tree import canonical_nodes
 
 
 def longest_accepted_path(
@@ -62,6 +65,10 @@ class ExactVerifier(Verifier):
             empty = torch.zeros(draft.batch_size, 0, dtype=torch.long, device=choice.device)
             return Verdict(empty, torch.zeros(draft.batch_size, dtype=torch.long, device=choice.device),
                            choice[:, 0])
+        # One choice per distinct context: nodes with equal token paths (duplicate siblings) share
+        # their copy's sample, or picking the copy whose sample happens to match would bias the output.
+        canon = canonical_nodes(draft.tokens, draft.parents, draft.node_mask())
+        choice = torch.cat([choice[:, :1], choice[:, 1:].gather(1, canon)], dim=1)
         choice_at_parent = choice.gather(1, draft.parents + 1)
         path, length, deepest = longest_accepted_path(draft, draft.tokens == choice_at_parent)
         bonus = choice.gather(1, (deepest + 1).unsqueeze(1)).squeeze(1)
