@@ -95,6 +95,20 @@ def test_sum_along_paths_matches_walking_up():
             assert total[b, i].item() == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.parametrize("verifier", [ExactVerifier(), RejectionVerifier(), TypicalVerifier()])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_padding_entries_are_ignored(verifier, temperature):
+    """Entries past num_nodes may hold anything (the validator only checks real nodes)."""
+    gen = torch.Generator().manual_seed(0)
+    clean = Draft(torch.tensor([[1, 2, 0, 0]]), torch.tensor([[-1, 0, -1, -1]]), torch.tensor([2]))
+    dirty = Draft(torch.tensor([[1, 2, -7, 10**6]]), torch.tensor([[-1, 0, 99, -40]]), torch.tensor([2]))
+    logits = torch.randn(1, 5, 6, generator=gen)
+    sampling = SamplingParams(temperature=temperature)
+    a = verifier.verify(clean, logits, sampling, torch.Generator().manual_seed(1))
+    b = verifier.verify(dirty, logits, sampling, torch.Generator().manual_seed(1))
+    assert torch.equal(a.num_accepted, b.num_accepted) and torch.equal(a.bonus, b.bonus)
+
+
 # -- rejection ---------------------------------------------------------------------------------------
 
 def test_residual_after_rejection():

@@ -30,7 +30,7 @@ def longest_accepted_path(
     """
     valid = draft.node_mask()
     ok = node_ok & valid
-    parents = draft.parents
+    parents = torch.where(valid, draft.parents, -1)  # padding entries may hold anything
     chain_ok = ok.clone()
     for _ in range(draft.width):
         parent_ok = torch.where(parents >= 0, chain_ok.gather(1, parents.clamp(min=0)), True)
@@ -67,9 +67,11 @@ class ExactVerifier(Verifier):
                            choice[:, 0])
         # One choice per distinct context: nodes with equal token paths (duplicate siblings) share
         # their copy's sample, or picking the copy whose sample happens to match would bias the output.
-        canon = canonical_nodes(draft.tokens, draft.parents, draft.node_mask())
+        valid = draft.node_mask()
+        parents = torch.where(valid, draft.parents, -1)  # padding entries may hold anything
+        canon = canonical_nodes(draft.tokens, parents, valid)
         choice = torch.cat([choice[:, :1], choice[:, 1:].gather(1, canon)], dim=1)
-        choice_at_parent = choice.gather(1, draft.parents + 1)
+        choice_at_parent = choice.gather(1, parents + 1)
         path, length, deepest = longest_accepted_path(draft, draft.tokens == choice_at_parent)
         bonus = choice.gather(1, (deepest + 1).unsqueeze(1)).squeeze(1)
         return Verdict(path, length, bonus)

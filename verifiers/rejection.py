@@ -68,7 +68,7 @@ class RejectionVerifier(Verifier):
             tokens = draft.tokens.to(device)
             q_all = None if draft.q is None else draft.q.to(device)
             valid = draft.node_mask().to(device)
-            parents = draft.parents.to(device)
+            parents = torch.where(valid, draft.parents.to(device), -1)  # padding entries may hold anything
             canon = canonical_nodes(tokens, parents, valid)
             canon_parents = torch.where(parents >= 0, canon.gather(1, parents.clamp(min=0)), -1)
             children = child_table(canon_parents, valid)

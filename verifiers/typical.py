@@ -67,10 +67,11 @@ class TypicalVerifier(Verifier):
             length = torch.zeros(batch, dtype=torch.long, device=device)
         else:
             valid = draft.node_mask().to(device)
-            parents = draft.parents.to(device)
+            parents = torch.where(valid, draft.parents.to(device), -1)
             parent_slot = torch.where(valid, parents + 1, 0)
             rows = torch.arange(batch, device=device)[:, None]
-            p_token = p_all[rows, parent_slot, draft.tokens.to(device)]  # [B, N]: p_parent(x)
+            tokens = torch.where(valid, draft.tokens.to(device), 0)  # padding entries may hold anything
+            p_token = p_all[rows, parent_slot, tokens]  # [B, N]: p_parent(x)
             threshold = typical_thresholds(p_all, options.epsilon, options.delta)  # [B, 1 + N]
             ok = valid & (p_token > threshold.gather(1, parent_slot))
             path_logp = sum_along_paths(torch.log(p_token.clamp(min=1e-30)), parents, valid)
