@@ -68,6 +68,27 @@ def test_processed_distribution_is_valid(seed, vocab, temperature, top_k, top_p,
         assert torch.all((probs > 0).sum(-1) <= (logits >= kth).sum(-1))
 
 
+def _top_p_by_full_sort(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Reference nucleus filter: sort everything, drop where the mass before reaches top_p."""
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    sorted_probs = sorted_logits.softmax(dim=-1)
+    drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), vocab=st.sampled_from([2, 50, 64, 65, 700, 5000]),
+       top_p=st.floats(0.01, 0.999), scale=st.floats(0.01, 20.0))
+def test_top_p_matches_a_full_sort(seed, vocab, top_p, scale):
+    """The incremental top-k search keeps exactly the tokens a full sort keeps (flat and peaky rows)."""
+    logits = torch.randn(3, vocab, generator=torch.Generator().manual_seed(seed)) * scale
+    expected = _top_p_by_full_sort(logits, top_p)
+    got = process_logits(logits, SamplingParams(temperature=1.0, top_p=top_p))
+    assert torch.equal(got > 0, expected > 0)
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
 def test_sample_is_seeded():
     probs = torch.full((5, 7), 1 / 7)
     first = sample(probs, torch.Generator().manual_seed(1))
