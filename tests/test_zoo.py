@@ -95,3 +95,16 @@ def test_missing_weights_raise_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(zoo, "default_model_dir", lambda: tmp_path)
     with pytest.raises(FileNotFoundError, match="default model weights are missing"):
         zoo.load_default()
+
+
+def test_corpus_holds_out_its_evaluation_modules():
+    from specdec.zoo.corpus import HELDOUT_MODULES, build_corpus
+
+    corpus = build_corpus()
+    man = corpus.manifest
+    assert "argparse.py" in man["heldout_stdlib_files"] and "json/decoder.py" in man["heldout_stdlib_files"]
+    assert len(HELDOUT_MODULES) >= 10 and corpus.heldout_code and corpus.heldout_prose
+    train = set(corpus.train)
+    assert not train.intersection(corpus.heldout_code) and not train.intersection(corpus.heldout_prose)
+    assert man["gsm8k_file"].endswith("gsm8k/train.jsonl")
+    assert build_corpus().manifest == man  # deterministic
