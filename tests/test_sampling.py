@@ -89,6 +89,21 @@ def test_top_p_matches_a_full_sort(seed, vocab, top_p, scale):
     assert torch.allclose(got, expected, atol=1e-6)
 
 
+def test_sample_follows_the_distribution_and_never_draws_zero_mass():
+    probs = torch.tensor([0.0, 0.2, 0.0, 0.5, 0.3, 0.0])
+    draws = sample(probs.expand(200_000, 6), torch.Generator().manual_seed(0))
+    counts = torch.bincount(draws, minlength=6)
+    assert counts[[0, 2, 5]].sum() == 0
+    expected = 200_000 * probs[[1, 3, 4]]
+    chi2 = float((((counts[[1, 3, 4]] - expected) ** 2) / expected).sum())
+    assert chi2 < 13.8  # chi-square, 2 degrees of freedom, p = 1e-3
+    one_hot = torch.zeros(1000, 50)
+    one_hot[:, 49] = 1.0
+    assert sample(one_hot, torch.Generator().manual_seed(1)).unique().tolist() == [49]
+    with pytest.raises(ValueError, match="distribution"):
+        sample(torch.zeros(2, 3), None)
+
+
 def test_sample_is_seeded():
     probs = torch.full((5, 7), 1 / 7)
     first = sample(probs, torch.Generator().manual_seed(1))
