@@ -109,7 +109,10 @@ class TargetRunner:
         input_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         last_logits_only: bool = False,
+        plain_causal: bool = False,
     ) -> torch.Tensor:
+        """`plain_causal`: every row starts at slot 0 and is causal, so let the model build its own
+        causal mask (SDPA then takes its is_causal fast path instead of a dense additive mask)."""
         steps = positions.shape[1]
         self.cache.set_plan(start, steps)
         kwargs = {}
@@ -118,7 +121,7 @@ class TargetRunner:
         output = self.model(
             input_ids=None if input_ids is None else input_ids.to(self.device),
             inputs_embeds=inputs_embeds,
-            attention_mask=self._mask(start, positions, visible),
+            attention_mask=None if plain_causal else self._mask(start, positions, visible),
             position_ids=positions.to(self.device),
             past_key_values=self.cache,
             use_cache=True,
@@ -133,7 +136,10 @@ class TargetRunner:
         if steps:
             start = torch.zeros(batch, dtype=torch.long)
             positions = torch.arange(steps)[None, :].expand(batch, steps)
-            self._run(start, positions, None, input_ids=input_ids, last_logits_only=True)
+            # Right padding needs no mask here: a real token never looks right, and padded slots lie
+            # beyond each row's length, which every later mask excludes.
+            self._run(start, positions, None, input_ids=input_ids, last_logits_only=True,
+                      plain_causal=self.window is None)
         self.lengths = lengths.clone().long().cpu()
         if self.slot_valid is None:
             self.write_start = self.lengths.clone()
