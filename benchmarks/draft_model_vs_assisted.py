@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--humaneval", type=int, default=6, help="HumanEval prompts")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--k", type=int, default=4, help="draft length of the fixed schedules (HF and specdec)")
-    parser.add_argument("--tree-k", type=int, default=4, help="depth of specdec's tree drafts")
+    parser.add_argument("--tree-k", type=int, help="depth of specdec's tree drafts (default: K)")
     parser.add_argument("--branches", type=int, default=2, help="root children of specdec's tree drafts")
     parser.add_argument("--tune-k", type=int, nargs="*", default=[],
                         help="candidate K values: pick --k by specdec fixed-K speed on GSM8K train questions")
@@ -281,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             texts = [json.loads(line)["question"] for line, _ in zip(handle, range(args.tune_prompts))]
         args.k, speeds = tune_k(args.tune_k, texts, target, draft, tokenizer, args.max_new_tokens, limit, counter)
         tuning = {"file": str(args.tune_file), "prompts": len(texts), "tokens_per_s_by_k": speeds, "chosen_k": args.k}
+    args.tree_k = args.tree_k or args.k
     methods_all = build_methods(draft, args.k, args.tree_k, args.branches)
     names = ["hf_greedy"] + [m for m in methods_all if m != "hf_greedy" and (not args.methods or m in args.methods)]
 
