@@ -146,8 +146,9 @@ def test_exact_match_sampling_matches_target_joint(target, draft_lm, joints, dra
 @pytest.mark.parametrize(
     ("broken", "drafter_name", "setting"),
     [
-        (AlwaysAccept, "sampled_chain", "t1.0"),
+        (AlwaysAccept, "topk_tree", "t1.0"),
         (BonusFromP, "sampled_chain", "t1.0"),
+        (BonusFromP, "topk_tree", "t1.0"),
         (BonusFromP, "sampled_tree", "t0.7-top_p0.9"),
     ],
 )
