@@ -183,7 +183,9 @@ def markdown(result: dict) -> str:
              f"Machine: {result['machine'].get('cpu')}, {result['machine'].get('cores')} cores, torch threads "
              f"{result['settings']['threads']}, load average at start {result['load_start']} / end "
              f"{result['load_end']}. {result['note']}", "",
-             f"Settings: {json.dumps(result['settings'])}", "",
+             f"Settings: {json.dumps(result['settings'])}; K tuning: {json.dumps(result['k_tuning'])}", "",
+             f"Prompts finished: {result['prompts_done']} of {result['prompts_planned']}. Weights: target "
+             f"{result['target_fingerprint']}, draft {result['draft_fingerprint']}.", "",
              "tokens/s = new tokens / wall seconds summed over a category's prompts; speedup is vs plain "
              "`target.generate()` greedy; `vs HF` is vs `generate(assistant_model=draft)` with transformers' "
              "defaults; `vs best HF` is vs the faster of the two HF assisted settings. tau = new tokens per "
@@ -272,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     target, draft, tokenizer, pair_name = load_pair(args)
     context = target.config.max_position_embeddings
     prompts = load_prompts(args.spec_bench, args.humaneval_file, args.per_subtask, args.humaneval)
+    args.planned = len(prompts)
+    args.target_fingerprint, args.draft_fingerprint = model_fingerprint(target), model_fingerprint(draft)
     limit = context - args.max_new_tokens
     counter = ForwardCounter(target)
     load_start = [round(x, 2) for x in os.getloadavg()]
@@ -308,9 +312,29 @@ def main(argv: list[str] | None = None) -> int:
         line = " ".join(f"{n}={len(runs[n]['tokens']) / runs[n]['seconds']:.0f}" for n in names)
         print(f"[{index + 1}/{len(prompts)}] {prompt['id']} ({len(ids)} tok) tok/s: {line}", file=sys.stderr)
 
+        write_results(args, argv, pair_name, draft, names, methods_all, records, mismatches, tuning, load_start)
+    result = write_results(args, argv, pair_name, draft, names, methods_all, records, mismatches, tuning, load_start)
+    print(markdown(result))
+    return 0 if not mismatches else 1
+
+
+def model_fingerprint(model) -> str:
+    """A short hash of the weights, so results name the exact checkpoint they measured."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        digest.update(tensor.detach().float().cpu().numpy().tobytes()[:4096])
+    return digest.hexdigest()[:12]
+
+
+def write_results(args, argv, pair_name, draft, names, methods_all, records, mismatches, tuning,
+                  load_start) -> dict:
+    """(Re)write JSON + Markdown with every prompt finished so far (a cut-short run keeps its data)."""
     load_end = [round(x, 2) for x in os.getloadavg()]
     result = {
-        "pair": pair_name,
+        "pair": pair_name, "prompts_done": len(records), "prompts_planned": args.planned,
+        "draft_fingerprint": args.draft_fingerprint, "target_fingerprint": args.target_fingerprint,
         "command": "python -m specdec.benchmarks.draft_model_vs_assisted " + " ".join(argv if argv is not None
                                                                                      else sys.argv[1:]),
         "machine": machine_info(), "load_start": load_start, "load_end": load_end,
@@ -331,8 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     stem = "draft_model_vs_assisted" + (f"_{args.tag}" if args.tag else "")
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
     (args.out / f"{stem}.md").write_text(markdown(result), encoding="utf-8")
-    print(markdown(result))
-    return 0 if not mismatches else 1
+    return result
 
 
 if __name__ == "__main__":
