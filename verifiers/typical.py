@@ -50,7 +50,7 @@ class TypicalVerifier(Verifier):
     """
 
     name = "typical"
-    description = "Medusa typical acceptance (epsilon, delta); lossy, accepts more than rejection sampling."
+    description = "Medusa typical acceptance (epsilon, delta); lossy: trades fidelity to the target for acceptance."
     lossless = False
     Options = TypicalOptions
 
