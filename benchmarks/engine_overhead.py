@@ -40,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (1 gives steadier numbers when other jobs share the CPU)")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
     model = build_model()
     params = sum(p.numel() for p in model.parameters())

@@ -165,7 +165,7 @@ class SpeculativeEngine:
                     if active:
                         target.select_rows(torch.tensor(keep, dtype=torch.long))
         finally:
-            stats.kv_cache_bytes = target.cache.memory_bytes()
+            stats.kv_cache_bytes = max(stats.kv_cache_bytes, target.cache.memory_bytes())
             stats.peak_memory_bytes = peak_memory_bytes(self.device)
             stats.kv_padding_slots = target.padding_slots()
             stats.kv_slots = int(target.write_start.sum())
@@ -222,6 +222,7 @@ class SpeculativeEngine:
         else:
             logits = target.verify_forward(tokens, depths, visible, extra.embeds)
         del input_ids
+        stats.kv_cache_bytes = max(stats.kv_cache_bytes, target.cache.memory_bytes())  # peak: before rows leave
         t2 = time.perf_counter()
 
         try:

@@ -22,7 +22,7 @@ class GenerationStats:
     other_time: float = 0.0
     prefill_time: float = 0.0
     peak_memory_bytes: int = 0  # CUDA: max allocated during the call; CPU: the process's peak RSS
-    kv_cache_bytes: int = 0
+    kv_cache_bytes: int = 0  # peak bytes allocated for the target's KV cache
     kv_slots: int = 0  # cache slots in use at the end (rows still in the batch)
     kv_padding_slots: int = 0  # of which holes (padded batch mode only)
     input_slots: int = 0  # verification inputs computed (rows x padded width, summed over steps)
