@@ -1,0 +1,25 @@
+#!/bin/sh
+# The exact commands that produced the shipped PPD files and benchmarks/results/ppd (repo root, venv active,
+# shared 2-core CPU, torch 1 thread). Training data: GSM8K *train* prose + Python stdlib packages (none of the
+# zoo's held-out modules; never spec_bench / humaneval / gsm8k test).
+SL=$(python -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])")
+DATA="../shared/data/gsm8k/train.jsonl $SL/asyncio $SL/email $SL/logging $SL/http $SL/collections $SL/concurrent $SL/importlib $SL/xml $SL/urllib"
+
+# /tmp/ppd_dev/{target_final,draft} = runs/{target,draft}/final exported exactly as specdec.zoo.export does
+# (bf16 round trip): the shipped weights (fingerprints checked equal), so training could start before the export.
+
+# 1. prompt tokens for the default draft model (used by ppd_draft_model): 400 steps, ~3 min
+specdec train-ppd --model /tmp/ppd_dev/draft --data $DATA --steps 400 --batch-size 8 --max-len 256 \
+    --threads 1 --out /tmp/ppd_dev/ppd_draft_prompts.safetensors
+# 2. prompt tokens for the default target. Started with --steps 700, stopped at the step-100 checkpoint when the
+#    shared CPU slowed to ~5 s/step, resumed with a shorter cosine schedule (the schedule is recomputed on resume):
+specdec train-ppd --model /tmp/ppd_dev/target_final --data $DATA --steps 700 --batch-size 8 --max-len 256 \
+    --save-every 50 --threads 1 --out /tmp/ppd_dev/ppd_prompts.safetensors          # killed after step 100
+specdec train-ppd --model /tmp/ppd_dev/target_final --data $DATA --steps 220 --batch-size 8 --max-len 256 \
+    --save-every 20 --eval-samples 192 --threads 1 --resume --out /tmp/ppd_dev/ppd_prompts.safetensors
+cp /tmp/ppd_dev/ppd_prompts.safetensors /tmp/ppd_dev/ppd_draft_prompts.safetensors specdec/zoo/default/
+# 3. hardware profile on this machine (CPU, 1 thread) + plot
+specdec profile --model default --threads 1 --repeats 15 --num-prompts 1 2 3 \
+    --sizes 2 4 6 8 12 16 24 32 48 64 --plot benchmarks/results/ppd/profile.png
+# 4. benchmark
+python -m specdec.benchmarks.ppd_bench --out benchmarks/results/ppd --per-dataset 4 --threads 1
