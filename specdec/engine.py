@@ -51,6 +51,8 @@ def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """From input-index parents [B, T] (parent < t; the root, t = 0, is its own parent) build
     depths [B, T] and visibility [B, T, T] (ancestor-or-self). One iteration per tree level."""
     batch, steps = parents.shape
+    if steps == 1:  # only the root: plain decoding
+        return torch.zeros(batch, 1, dtype=torch.long), torch.ones(batch, 1, 1, dtype=torch.bool)
     eye = torch.eye(steps, dtype=torch.bool).expand(batch, steps, steps)
     visible = eye.clone()
     depth = torch.zeros(batch, steps, dtype=torch.long)
@@ -97,6 +99,7 @@ class SpeculativeEngine:
         self.generator = generator if generator is not None else torch.Generator(device=self.device)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() \
             is not None else int(model.config.vocab_size)
+        self.context = context_length(model)
 
     def _drafter_call(self, what: str, fn, *args):
         try:
@@ -165,7 +168,7 @@ class SpeculativeEngine:
                     if active:
                         target.select_rows(torch.tensor(keep, dtype=torch.long))
         finally:
-            stats.kv_cache_bytes = max(stats.kv_cache_bytes, target.cache.memory_bytes())
+            stats.kv_cache_bytes = target.cache.peak_bytes
             stats.peak_memory_bytes = peak_memory_bytes(self.device)
             stats.kv_padding_slots = target.padding_slots()
             stats.kv_slots = int(target.write_start.sum())
@@ -191,8 +194,9 @@ class SpeculativeEngine:
         draft = self._drafter_call("propose", self.drafter.propose, state)
         draft = validate_draft(draft, self.drafter.name, batch, self.vocab_size, self.config.max_draft_nodes,
                                self.device)
-        ctx = context_length(self.model)
-        extra_limit = None if ctx is None else torch.tensor(ctx - 1) - target.lengths
+        extra_limit = None  # extra slots may sit anywhere below the context limit
+        if draft.extra is not None and self.context is not None:
+            extra_limit = torch.tensor(self.context - 1) - target.lengths
         draft = prune_draft(draft, state.max_depth, extra_limit)
         t1 = time.perf_counter()
 
@@ -200,9 +204,12 @@ class SpeculativeEngine:
         width = draft.width
         roots = torch.tensor([[seq[-1]] for seq in state.sequences], dtype=torch.long)
         node_mask = draft.node_mask().cpu()
-        node_parents = torch.where(node_mask, draft.parents.cpu() + 1, 0)
-        tokens = torch.cat([roots, torch.where(node_mask, draft.tokens.cpu(), roots)], dim=1)
-        parents = torch.cat([torch.zeros(batch, 1, dtype=torch.long), node_parents], dim=1)
+        if width:
+            node_parents = torch.where(node_mask, draft.parents.cpu() + 1, 0)
+            tokens = torch.cat([roots, torch.where(node_mask, draft.tokens.cpu(), roots)], dim=1)
+            parents = torch.cat([torch.zeros(batch, 1, dtype=torch.long), node_parents], dim=1)
+        else:  # plain decoding step
+            tokens, parents = roots, torch.zeros(batch, 1, dtype=torch.long)
         extra: ExtraSlots | None = draft.extra
         if extra is not None and extra.embeds.shape[1]:
             extra_mask = torch.arange(extra.embeds.shape[1])[None, :] < extra.num_slots.cpu()[:, None]
@@ -222,7 +229,6 @@ class SpeculativeEngine:
         else:
             logits = target.verify_forward(tokens, depths, visible, extra.embeds)
         del input_ids
-        stats.kv_cache_bytes = max(stats.kv_cache_bytes, target.cache.memory_bytes())  # peak: before rows leave
         t2 = time.perf_counter()
 
         try:

@@ -19,6 +19,12 @@ class _WritePlan:
         self.start = torch.zeros(0, dtype=torch.long)  # [B] first slot written per row
         self.uniform_start: int | None = 0  # set when every row starts at the same slot
         self.attend_len = 0
+        self.allocated = 0  # bytes held by all layers' buffers
+        self.peak_bytes = 0
+
+    def note_allocation(self, delta: int) -> None:
+        self.allocated += delta
+        self.peak_bytes = max(self.peak_bytes, self.allocated)
 
 
 class RaggedLayer(CacheLayerMixin):
@@ -37,13 +43,19 @@ class RaggedLayer(CacheLayerMixin):
         self.keys = key_states.new_zeros(batch, heads, self.capacity, key_states.shape[-1])
         self.values = value_states.new_zeros(batch, value_states.shape[1], self.capacity, value_states.shape[-1])
         self.is_initialized = True
+        self.plan.note_allocation(self._bytes())
+
+    def _bytes(self) -> int:
+        return (self.keys.numel() + self.values.numel()) * self.keys.element_size()
 
     def _grow(self, needed: int) -> None:
+        old_bytes = self._bytes()
         new_capacity = max(needed, 2 * self.capacity)
         pad = new_capacity - self.keys.shape[2]
         self.keys = torch.nn.functional.pad(self.keys, (0, 0, 0, pad))
         self.values = torch.nn.functional.pad(self.values, (0, 0, 0, pad))
         self.capacity = new_capacity
+        self.plan.note_allocation(self._bytes() - old_bytes)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
@@ -107,9 +119,17 @@ class RaggedKVCache(Cache):
         for layer in self.layers:
             layer.move(rows, src, dst)
 
+    @property
+    def peak_bytes(self) -> int:
+        """Most bytes the buffers held at once (rows leaving the batch shrink them later)."""
+        return self.plan.peak_bytes
+
     def select_rows(self, indices: torch.Tensor) -> None:
+        self.plan.allocated = 0
         for layer in self.layers:
             layer.select_rows(indices)
+            if layer.is_initialized:
+                self.plan.allocated += layer._bytes()
         if self.plan.start.numel():
             self.plan.start = self.plan.start.index_select(0, indices.to(self.plan.start.device))
 

@@ -159,11 +159,21 @@ class TargetRunner:
         """Run [root, nodes..., extras...] at positions lengths + depth with the tree mask; returns
         logits [B, T, V]. Extra embeddings (if any) replace the last E inputs."""
         positions = self.lengths[:, None] + depths.cpu()
+        plain = self._is_plain_chain(visible)
         if extra_embeds is None:
-            return self._run(self.write_start, positions, visible, input_ids=input_ids)
+            return self._run(self.write_start, positions, visible, input_ids=input_ids, plain_causal=plain)
         token_embeds = self.embed(input_ids.to(self.device))
         embeds = torch.cat([token_embeds, extra_embeds.to(self.device, token_embeds.dtype)], dim=1)
-        return self._run(self.write_start, positions, visible, inputs_embeds=embeds)
+        return self._run(self.write_start, positions, visible, inputs_embeds=embeds, plain_causal=plain)
+
+    def _is_plain_chain(self, visible: torch.Tensor) -> bool:
+        """One unpadded row whose new tokens form a chain: the model's own causal mask over our cache
+        (query t sees slots <= length + t) is then exactly the tree mask, and SDPA skips the dense mask.
+        Plain decoding (one new token) is the common case."""
+        batch, steps, _ = visible.shape
+        if batch != 1 or self.slot_valid is not None or self.window is not None:
+            return False
+        return steps == 1 or torch.equal(visible[0], torch.ones(steps, steps, dtype=torch.bool).tril())
 
     @torch.no_grad()
     def scratch_forward(self, input_ids: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:

@@ -26,6 +26,10 @@ def validate_draft(
     if tokens.dim() != 2 or tokens.shape[0] != batch or parents.shape != tokens.shape or counts.shape != (batch,):
         raise _fail(drafter, f"expected tokens/parents [B={batch}, N] and num_nodes [{batch}], got "
                     f"{tuple(tokens.shape)}, {tuple(parents.shape)}, {tuple(counts.shape)}")
+    if tokens.shape[1] == 0 and draft.extra is None and draft.q is None:  # empty draft: the common fast path
+        if bool((counts != 0).any()):
+            raise _fail(drafter, "num_nodes must be 0 for a draft with no nodes")
+        return draft
     allowed = {"cpu", device.type}
     for name, tensor in (("tokens", tokens), ("parents", parents), ("num_nodes", counts), ("q", draft.q)):
         if tensor is not None and tensor.device.type not in allowed:
@@ -154,6 +158,10 @@ def validate_verdict(verdict: Verdict, draft: Draft, verifier: str) -> Verdict:
         raise fail(f"expected a specdec.Verdict, got {type(verdict).__name__}")
     if verdict.num_accepted.shape != (batch,) or verdict.bonus.shape != (batch,):
         raise fail("num_accepted and bonus must have shape [B]")
+    if draft.width == 0:  # nothing could be accepted
+        if bool((verdict.num_accepted != 0).any()):
+            raise fail("num_accepted must be 0 when the draft has no nodes")
+        return verdict
     counts = verdict.num_accepted.cpu()
     if bool((counts < 0).any()) or bool((counts > draft.num_nodes.cpu()).any()):
         raise fail(f"num_accepted {counts.tolist()} exceeds the drafted node counts")
