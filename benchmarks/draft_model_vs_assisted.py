@@ -77,10 +77,19 @@ def hf_run(target, draft, ids: list[int], max_new: int, assisted: dict | None, p
     input_ids = torch.tensor([ids])
     kwargs: dict[str, Any] = dict(do_sample=False, max_new_tokens=max_new, attention_mask=torch.ones_like(input_ids),
                                   pad_token_id=pad_id)
-    if assisted is not None:
-        kwargs["assistant_model"] = draft
-        kwargs.update(assisted)
-    out = target.generate(input_ids, **kwargs)
+    if assisted is None:
+        return target.generate(input_ids, **kwargs)[0, len(ids):].tolist()
+    # transformers reads the assistant settings from the *assistant's* generation config (passing
+    # them to target.generate() has no effect), so set them there for this call only.
+    config = draft.generation_config
+    saved = {name: getattr(config, name, None) for name in assisted}
+    try:
+        for name, value in assisted.items():
+            setattr(config, name, value)
+        out = target.generate(input_ids, assistant_model=draft, **kwargs)
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
     return out[0, len(ids):].tolist()
 
 
