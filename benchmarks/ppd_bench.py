@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--others", nargs="*", default=["anpd", "draft_model", "ppd_draft_model"], help="drafters to compare with")
     parser.add_argument("--tree-size", type=int, default=None, help="override the profiled size")
+    parser.add_argument("--accuracy-every", type=int, default=8, help="cut-point stride for the accuracy table")
     parser.add_argument("--model", default="default", help="default, or a local model directory (development)")
     parser.add_argument("--checkpoint", default=None, help="prompt checkpoint (default: the shipped one)")
     args = parser.parse_args(argv)
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     sequences = [r["tokens"] for d in prompts for r in results["none"][d]]
     starts = [r["prompt_tokens"] for d in prompts for r in results["none"][d]]
     full = [ids + seq for (_, ids), seq in zip([p for d in prompts.values() for p in d], sequences)]
-    accuracy = accuracy_at_distances(model, checkpoint.embeddings, full, starts)
+    accuracy = accuracy_at_distances(model, checkpoint.embeddings, full, starts, every=args.accuracy_every)
 
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     prompt_bytes = checkpoint.embeddings[:, : probe._num_ept].numel() * 4
