@@ -65,9 +65,18 @@ class ExactVerifier(Verifier):
             empty = torch.zeros(draft.batch_size, 0, dtype=torch.long, device=choice.device)
             return Verdict(empty, torch.zeros(draft.batch_size, dtype=torch.long, device=choice.device),
                            choice[:, 0])
+        valid = draft.node_mask()
+        width = draft.width
+        chain_parents = torch.arange(-1, width - 1, device=draft.parents.device)
+        if bool(((draft.parents == chain_parents) | ~valid).all()):
+            # A chain (the common case): node i is accepted iff it and every earlier node match.
+            matched = (draft.tokens == choice[:, :width]) & valid
+            length = matched.long().cumprod(dim=1).sum(dim=1)
+            index = torch.arange(width, device=length.device)[None, :]
+            path = torch.where(index < length[:, None], index, -1)
+            return Verdict(path, length, choice.gather(1, length[:, None]).squeeze(1))
         # One choice per distinct context: nodes with equal token paths (duplicate siblings) share
         # their copy's sample, or picking the copy whose sample happens to match would bias the output.
-        valid = draft.node_mask()
         parents = torch.where(valid, draft.parents, -1)  # padding entries may hold anything
         canon = canonical_nodes(draft.tokens, parents, valid)
         choice = torch.cat([choice[:, :1], choice[:, 1:].gather(1, canon)], dim=1)
