@@ -22,4 +22,7 @@ cp /tmp/ppd_dev/ppd_prompts.safetensors /tmp/ppd_dev/ppd_draft_prompts.safetenso
 specdec profile --model default --threads 1 --repeats 15 --num-prompts 1 2 3 \
     --sizes 2 4 6 8 12 16 24 32 48 64 --plot benchmarks/results/ppd/profile.png
 # 4. benchmark
-python -m specdec.benchmarks.ppd_bench --out benchmarks/results/ppd --per-dataset 4 --threads 1
+python -m specdec.benchmarks.ppd_bench --out benchmarks/results/ppd --per-dataset 3 --threads 1   # run1: --per-dataset 4 with 220-step prompts
+# 5. the same profile with 2 torch threads (the default on this machine), so drafter="ppd" with no options
+#    finds an entry for a default Python session too (profiles are keyed by CPU model and thread count)
+specdec profile --model default --threads 2 --repeats 15 --num-prompts 1 2 3 --sizes 2 4 6 8 12 16 24 32 48 64
