@@ -49,7 +49,11 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if params.top_p is not None and params.top_p < 1.0:
-        logits = logits.masked_fill(_top_p_drop(logits.softmax(dim=-1), params.top_p), float("-inf"))
+        drop = _top_p_drop(logits.softmax(dim=-1), params.top_p)
+        # Probabilities can tie where logits do not (tiny differences round away); the logits' argmax,
+        # greedy's choice, always stays.
+        drop.scatter_(-1, logits.argmax(dim=-1, keepdim=True), False)
+        logits = logits.masked_fill(drop, float("-inf"))
     return logits.softmax(dim=-1)
 
 
