@@ -13,6 +13,7 @@ from conftest import VOCAB, hf_greedy, tiny_model
 import specdec
 from specdec import Draft, Drafter, DrafterError, Verdict, Verifier, VerifierError
 from specdec.kv_cache import RaggedKVCache
+from specdec.registry import known_names
 
 
 @pytest.fixture(scope="module")
@@ -95,17 +96,26 @@ def _rss_bytes() -> int:
         return int(handle.read().split()[1]) * 4096
 
 
-def test_long_run_memory_is_flat_and_caches_are_freed(model) -> None:
+@pytest.mark.parametrize("drafter", known_names("drafter"))
+def test_long_run_memory_is_flat_and_caches_are_freed(model, drafter: str) -> None:
+    """200 consecutive generations per drafter: RSS stays flat and no KV cache outlives its call."""
+    from test_composition import DRAFTER_OPTIONS_FOR_TINY_MODEL
+
+    options = DRAFTER_OPTIONS_FOR_TINY_MODEL.get(drafter, lambda _: {})(model)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+
+    def run() -> None:
+        specdec.generate(model, prompt, drafter=drafter, drafter_options=options, max_new_tokens=8)
+
     for _ in range(20):  # warm-up: allocator pools, lazily built buffers
-        specdec.generate(model, prompt, drafter="anpd", max_new_tokens=16)
+        run()
     gc.collect()
     before = _rss_bytes()
     for _ in range(200):
-        specdec.generate(model, prompt, drafter="anpd", max_new_tokens=16)
+        run()
     gc.collect()
     growth = _rss_bytes() - before
-    assert growth < 20 * 2**20, f"RSS grew by {growth / 2**20:.1f} MiB over 200 generations"
+    assert growth < 20 * 2**20, f"{drafter}: RSS grew by {growth / 2**20:.1f} MiB over 200 generations"
     live_caches = [o for o in gc.get_objects() if type(o) is RaggedKVCache and any(
         layer.is_initialized for layer in o.layers)]
     assert live_caches == []
