@@ -113,7 +113,7 @@ class SpeculativeEngine:
         config = self.config
         stats = GenerationStats()
         batch = len(prompts)
-        ctx = context_length(self.model)
+        ctx = self.context
         budgets = []
         results = [RowResult() for _ in prompts]
         for row, prompt in enumerate(prompts):
@@ -132,8 +132,7 @@ class SpeculativeEngine:
         prefill_ids = torch.zeros(batch, max(longest - 1, 0), dtype=torch.long)
         for row, prompt in enumerate(prompts):
             prefill_ids[row, : len(prompt) - 1] = torch.as_tensor(prompt[:-1], dtype=torch.long)
-            if prompt:
-                prefill_ids[row, len(prompt) - 1 :] = prompt[-1]
+            prefill_ids[row, len(prompt) - 1 :] = prompt[-1]  # right padding: never attended to
         target.prefill(prefill_ids, torch.tensor([len(p) - 1 for p in prompts]))
         if self.streamer is not None:
             self.streamer.put(torch.tensor([prompts[0]], dtype=torch.long))
