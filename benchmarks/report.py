@@ -51,7 +51,8 @@ def markdown(result: dict[str, Any], config: SweepConfig) -> str:
         "",
         f"Settings: max_new_tokens={config.max_new_tokens}, temperature={config.temperature}, "
         f"repeats={config.repeats}, warm-up runs={config.warmup}, batch sizes={config.batch_sizes}. "
-        f"Prompts: {_dataset_line(config)}. Wall time {result.get('sweep_seconds', 0):.0f} s.",
+        f"Prompts: {_dataset_line(config)}. Wall time {result.get('sweep_seconds', 0):.0f} s "
+        f"(cells: {result.get('cells_seconds', 0):.0f} s, including resumed ones).",
         "",
     ]
     if result.get("shared_cpu"):
@@ -144,6 +145,8 @@ def write_report(cells: list[Cell], records: list[dict[str, Any]], config: Sweep
         "load_average_end": end_load,
         "shared_cpu": max(machine.get("load_average_1min") or 0, end_load or 0) > cores,
         "sweep_seconds": sweep_seconds or 0.0,
+        # cells may come from earlier, resumed invocations: their own run times add up to the sweep's
+        "cells_seconds": sum(r.get("cell_seconds") or 0.0 for r in records),
         "config": json.loads(config.model_dump_json()),
         "summary": summarize(cells, records),
     }
