@@ -90,15 +90,19 @@ def _decode_stats(record: dict[str, Any], category: str | None) -> dict[str, Any
 
 
 def _per_sample_tau(record: dict[str, Any]) -> list[float]:
+    """tau of every sample (over its turns), from its own row's counts even when it ran in a batch."""
     taus = []
-    for sample in record["samples"]:
-        calls = {turn["call"] for turn in sample["turns"]}
-        stats = [record["calls"][c]["stats"] for c in calls]
-        if any(s is None for s in stats):
-            return []
-        steps = sum(s["steps"] for s in stats)
+    for index, sample in enumerate(record["samples"]):
+        steps = tokens = 0
+        for turn in sample["turns"]:
+            call = record["calls"][turn["call"]]
+            if call["stats"] is None:
+                return []
+            row = call["rows"].index(index)
+            steps += call["stats"]["row_steps"][row]
+            tokens += call["stats"]["row_new_tokens"][row]
         if steps:
-            taus.append(sum(s["new_tokens"] for s in stats) / steps)
+            taus.append(tokens / steps)
     return taus
 
 

@@ -30,7 +30,8 @@ from specdec.engine import tree_layout
 from specdec.errors import DrafterError
 from specdec.model_support import check_model_supported
 from specdec.plugins import DecodeState, Drafter, GenerationContext
-from specdec.sampling import SamplingParams, process_logits
+from specdec.rng import RowGenerators
+from specdec.sampling import SamplingParams, process_logits, sample
 from specdec.target import TargetRunner, context_length
 
 from .draft_schedule import ConfidenceExit, HeuristicLength
@@ -238,16 +239,17 @@ class DraftModelDrafter(Drafter):
         runner.set_lengths(torch.tensor([len(seq) for seq in sequences]))
         return self.vocab.to_target(root_logits.float()).to(self.device)
 
-    def _choose(self, logits: torch.Tensor, count: int, generator: torch.Generator):
-        """`count` children per distribution in logits [..., V]: the top ones when greedy, i.i.d.
-        samples of q otherwise. Returns (tokens [..., count], q [..., V] or None)."""
+    def _choose(self, logits: torch.Tensor, count: int, generator: RowGenerators, drafting: torch.Tensor):
+        """`count` children per distribution in logits [B, ..., V]: the top ones when greedy, i.i.d.
+        samples of q otherwise (drawn only for rows still `drafting` [B], so a row's random stream
+        does not depend on its neighbours). Returns (tokens [B, ..., count], q [B, ..., V] or None)."""
         if self.sampling.greedy:
             tokens = logits.topk(count, dim=-1).indices if count > 1 else logits.argmax(dim=-1, keepdim=True)
             return tokens, None
         q = process_logits(logits, self.sampling)
-        flat = q.reshape(-1, q.shape[-1])
-        tokens = torch.multinomial(flat, count, replacement=True, generator=generator)
-        return tokens.reshape(*q.shape[:-1], count), q
+        draws = q.unsqueeze(-2).expand(*q.shape[:-1], count, q.shape[-1])
+        used = drafting.to(q.device).reshape(-1, *([1] * (draws.dim() - 2))).expand(draws.shape[:-1])
+        return sample(draws, generator, used), q
 
     def _confident(self, logits: torch.Tensor) -> torch.Tensor:
         """[...] bool: whether the draft's top probability (raw softmax) reaches gamma."""
@@ -283,7 +285,7 @@ class DraftModelDrafter(Drafter):
         going = depths > 0
         fed = 0
         for i in range(steps):
-            chosen, q = self._choose(logits, 1, state.generator)
+            chosen, q = self._choose(logits, 1, state.generator, going)
             tokens[:, i] = chosen[:, 0]
             if q is not None:
                 q_steps.append(q)
@@ -319,7 +321,7 @@ class DraftModelDrafter(Drafter):
         fed_nodes = 0
         for level, level_parents in enumerate(levels, start=1):
             children = len(level_parents) // frontier_logits.shape[1]
-            chosen, q = self._choose(frontier_logits, children, state.generator)  # [B, F, c]
+            chosen, q = self._choose(frontier_logits, children, state.generator, going)  # [B, F, c]
             token_parts.append(chosen.reshape(batch, -1))
             if q is not None:
                 q_parts.append(q[:, :, None, :].expand(-1, -1, children, -1).reshape(batch, -1, q.shape[-1]))

@@ -13,7 +13,8 @@ from .errors import (
 )
 from .plugins import DecodeState, Drafter, GenerationContext, NoOptions, Verifier
 from .registry import list_plugins, register_drafter, register_verifier
-from .sampling import SamplingParams, process_logits
+from .rng import RowGenerators
+from .sampling import SamplingParams, process_logits, sample
 from .stats import GenerationStats
 
 __version__ = "0.1.0"
@@ -39,6 +40,7 @@ __all__ = [
     "PluginLoadError",
     "PluginNotFoundError",
     "PluginOptionsError",
+    "RowGenerators",
     "SamplingParams",
     "SpecDecError",
     "UnsupportedModelError",
@@ -51,4 +53,5 @@ __all__ = [
     "process_logits",
     "register_drafter",
     "register_verifier",
+    "sample",
 ]

@@ -16,9 +16,10 @@ from . import registry
 from .engine import EngineConfig, SpeculativeEngine
 from .model_support import check_model_supported
 from .plugins import Drafter, Verifier
+from .rng import row_seeds
 from .sampling import SamplingParams
 from .stats import GenerationStats
-from .target import context_length, model_device
+from .target import context_length
 
 PromptLike = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]] | torch.Tensor
 
@@ -139,14 +140,19 @@ def generate(
     temperature: float = 0.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    seed: int | None = None,
+    seed: int | Sequence[int] | None = None,
     eos_token_id: int | Sequence[int] | None = None,
     stop: str | Sequence[str] | None = None,
     streamer: Any | None = None,
     max_draft_nodes: int = 256,
     batch_mode: str = "unpadded",
 ) -> GenerationOutput:
-    """Generate with speculative decoding. See the README for the accepted forms of each argument."""
+    """Generate with speculative decoding. See the README for the accepted forms of each argument.
+
+    `seed` (sampling only): an int gives every row its own stream mixed from (seed, row), so a row's
+    output does not depend on the other rows; one int per row makes each prompt's output the same as
+    running it alone with that seed, at any batch position; None draws fresh random seeds.
+    """
     if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     if batch_mode not in ("unpadded", "padded"):
@@ -166,16 +172,11 @@ def generate(
         raise ValueError("a streamer works with a single prompt (batch size 1), as in transformers")
     stop_strings = (stop,) if isinstance(stop, str) else tuple(stop or ())
     check_model_supported(model)
-    device = model_device(model)
-    generator = torch.Generator(device=device)
-    if seed is not None:
-        generator.manual_seed(seed)
-    else:
-        generator.seed()
+    row_seeds(seed, len(prompts))  # a bad seed fails here, before any model work
     config = EngineConfig(max_new_tokens=max_new_tokens, sampling=sampling, eos_token_ids=_eos_ids(model, eos_token_id),
                           stop_strings=stop_strings, max_draft_nodes=max_draft_nodes, batch_mode=batch_mode)
     engine = SpeculativeEngine(model, drafter_obj, verifier_obj, config, tokenizer=tokenizer, streamer=streamer,
-                               generator=generator)
+                               seed=seed)
     with torch.inference_mode():  # no autograd bookkeeping anywhere in the loop (faster than no_grad)
         results, stats = engine.generate(prompts)
     sequences = [r.tokens for r in results]

@@ -16,6 +16,7 @@ first input of the next verification forward, so prefill, drafting and verificat
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch
 from .draft import Draft, ExtraSlots, Verdict
 from .errors import DrafterError, VerifierError
 from .plugins import DecodeState, Drafter, GenerationContext, Verifier
+from .rng import RowGenerators, row_seeds
 from .sampling import SamplingParams
 from .stats import GenerationStats
 from .stopping import StopChecker
@@ -87,7 +89,7 @@ class SpeculativeEngine:
         config: EngineConfig,
         tokenizer: Any | None = None,
         streamer: Any | None = None,
-        generator: torch.Generator | None = None,
+        seed: int | Sequence[int | None] | None = None,
     ) -> None:
         self.model = model
         self.drafter = drafter
@@ -96,7 +98,7 @@ class SpeculativeEngine:
         self.tokenizer = tokenizer
         self.streamer = streamer
         self.device = model_device(model)
-        self.generator = generator if generator is not None else torch.Generator(device=self.device)
+        self.seed = seed
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() \
             is not None else int(model.config.vocab_size)
         self.context = context_length(model)
@@ -111,8 +113,9 @@ class SpeculativeEngine:
 
     def generate(self, prompts: list[list[int]]) -> tuple[list[RowResult], GenerationStats]:
         config = self.config
-        stats = GenerationStats()
         batch = len(prompts)
+        stats = GenerationStats(row_steps=[0] * batch, row_new_tokens=[0] * batch, row_drafted=[0] * batch,
+                                row_accepted=[0] * batch)
         ctx = self.context
         budgets = []
         results = [RowResult() for _ in prompts]
@@ -139,9 +142,10 @@ class SpeculativeEngine:
 
         sequences = [list(p) for p in prompts]
         row_ids = list(range(batch))
+        generators = RowGenerators.seeded(row_seeds(self.seed, batch))
         stoppers = [StopChecker(config.eos_token_ids, config.stop_strings, self.tokenizer) for _ in prompts]
         context = GenerationContext(
-            model=self.model, tokenizer=self.tokenizer, sampling=config.sampling, generator=self.generator,
+            model=self.model, tokenizer=self.tokenizer, sampling=config.sampling, generator=generators,
             prompts=[list(p) for p in prompts], max_new_tokens=config.max_new_tokens,
             vocab_size=self.vocab_size, device=self.device, max_draft_nodes=config.max_draft_nodes,
         )
@@ -157,7 +161,7 @@ class SpeculativeEngine:
                     row_ids=list(active),
                     sequences=[sequences[row] for row in active],
                     max_depth=torch.tensor([budgets[row] - len(results[row].tokens) - 1 for row in active]),
-                    sampling=config.sampling, generator=self.generator, target=target, step=step,
+                    sampling=config.sampling, generator=generators.select(active), target=target, step=step,
                 )
                 finished = self._step(state, target, sequences, results, stoppers, budgets, stats)
                 step += 1
@@ -231,7 +235,7 @@ class SpeculativeEngine:
         t2 = time.perf_counter()
 
         try:
-            verdict = self.verifier.verify(draft, logits[:, : 1 + width], state.sampling, self.generator)
+            verdict = self.verifier.verify(draft, logits[:, : 1 + width], state.sampling, state.generator)
         except VerifierError:
             raise
         except Exception as error:
@@ -249,6 +253,10 @@ class SpeculativeEngine:
         stats.steps += batch
         stats.drafted_per_step.append(int(draft.num_nodes.sum()))
         stats.accepted_per_step.append(int(verdict.num_accepted.sum()))
+        for row, drafted, accepted in zip(state.row_ids, draft.num_nodes.tolist(), verdict.num_accepted.tolist()):
+            stats.row_steps[row] += 1
+            stats.row_drafted[row] += drafted
+            stats.row_accepted[row] += accepted
         depth_of_nodes = depths[:, 1 : 1 + width] * node_mask
         stats.record_depths(verdict.num_accepted.tolist(),
                             depth_of_nodes.max(dim=1).values.tolist() if width else [0] * batch)
@@ -286,6 +294,7 @@ class SpeculativeEngine:
             sequences[row].extend(kept)
             committed.append(kept)
             stats.new_tokens += len(kept)
+            stats.row_new_tokens[row] += len(kept)
             if reason is not None:
                 results[row].finish_reason = reason
                 finished.add(row)

@@ -15,6 +15,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from .draft import Draft, Verdict
+from .rng import RowGenerators
 from .sampling import SamplingParams
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ class GenerationContext:
     model: Any  # the target transformers model
     tokenizer: Any | None
     sampling: SamplingParams
-    generator: torch.Generator
+    generator: RowGenerators  # one per prompt row; draw only what a row uses (see specdec.rng)
     prompts: list[list[int]]  # prompt token ids per row
     max_new_tokens: int
     vocab_size: int  # size of the target's output distribution
@@ -54,7 +55,7 @@ class DecodeState:
     sequences: list[list[int]]  # committed tokens per active row: prompt + generated so far
     max_depth: torch.Tensor  # [B] long: deeper draft nodes would be pruned (budget, context)
     sampling: SamplingParams
-    generator: torch.Generator
+    generator: RowGenerators  # the active rows' generators, in row order
     target: TargetRunner  # runs the target on scratch cache slots (self-speculation)
     step: int = 0
     scratch: dict[str, Any] = field(default_factory=dict)
@@ -122,7 +123,10 @@ class Verifier(ABC):
         draft: Draft,
         logits: torch.Tensor,
         sampling: SamplingParams,
-        generator: torch.Generator,
+        generator: RowGenerators,
     ) -> Verdict:
         """`logits` [B, 1 + N, V]: index 0 is the target at the root (last committed token), index
-        1 + i the target at draft node i. Return the accepted path and the bonus token per row."""
+        1 + i the target at draft node i. Return the accepted path and the bonus token per row.
+
+        Draw random numbers only through `specdec.sampling.sample` / `specdec.rng.uniform` with a
+        mask of the draws each row actually uses, so a row's samples do not depend on its batch."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .rng import RandomSource, uniform
+
 
 class SamplingParams(BaseModel):
     """Temperature 0 means greedy: the processed distribution is a point mass on the argmax."""
@@ -82,8 +84,12 @@ def _top_p_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return ~keep
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def sample(probs: torch.Tensor, generator: RandomSource, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Draw one token per distribution in `probs` [..., V] (need not be normalised) -> LongTensor [...].
+
+    With per-row generators, `mask` [...] says which draws are used: only those consume random
+    numbers (the others return the first token of positive probability), which keeps a row's random
+    stream independent of its neighbours' draft sizes.
 
     Inverse-CDF sampling: one uniform per row and a binary search in the cumulative sum, about 25x
     faster than `torch.multinomial` on CPU for 32k-token rows. The cumulative sum is float64, and a
@@ -97,16 +103,18 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     total = cdf[:, -1:]
     if flat.shape[0] and not bool(((total > 0) & torch.isfinite(total)).all()) or bool((flat < 0).any()):
         raise ValueError("sample: every row must be a finite, non-negative distribution with positive mass")
-    uniform = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=dtype)
-    tokens = torch.searchsorted(cdf, uniform * total, right=True).squeeze(-1)
+    if mask is None:
+        mask = torch.ones(probs.shape[:-1], dtype=torch.bool, device=probs.device)
+    u = uniform(generator, mask, dtype).reshape(-1, 1).to(flat.device)
+    tokens = torch.searchsorted(cdf, u * total, right=True).squeeze(-1)
     last_possible = (vocab - 1) - (flat.flip(-1) > 0).to(torch.int8).argmax(dim=-1)
     return torch.minimum(tokens, last_possible).reshape(probs.shape[:-1])
 
 
 def sample_or_argmax(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+    logits: torch.Tensor, params: SamplingParams, generator: RandomSource, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The target's own choice at each position: argmax when greedy, a sample otherwise."""
     if params.greedy:
         return logits.argmax(dim=-1)
-    return sample(process_logits(logits, params), generator)
+    return sample(process_logits(logits, params), generator, mask)

@@ -28,6 +28,11 @@ class GenerationStats:
     input_slots: int = 0  # verification inputs computed (rows x padded width, summed over steps)
     useful_input_slots: int = 0  # of which real (root + nodes + extra slots)
     drafter_stats: dict[str, Any] = field(default_factory=dict)  # from Drafter.stats()
+    # Per prompt row (index = row of the batch as given), so batched runs report tau per row too.
+    row_steps: list[int] = field(default_factory=list)
+    row_new_tokens: list[int] = field(default_factory=list)
+    row_drafted: list[int] = field(default_factory=list)
+    row_accepted: list[int] = field(default_factory=list)
 
     @property
     def drafted_tokens(self) -> int:
@@ -41,6 +46,11 @@ class GenerationStats:
     def mean_accepted(self) -> float:
         """tau: tokens committed per row-step, bonus included (1.0 for plain decoding)."""
         return self.new_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def row_tau(self) -> list[float]:
+        """tau of each prompt row (tokens it committed per verification step it took part in)."""
+        return [t / s if s else 0.0 for t, s in zip(self.row_new_tokens, self.row_steps)]
 
     @property
     def acceptance_rate(self) -> float:
@@ -70,7 +80,7 @@ class GenerationStats:
     def to_dict(self) -> dict:
         data = asdict(self)
         for name in ("drafted_tokens", "accepted_tokens", "mean_accepted", "acceptance_rate", "wall_time",
-                     "tokens_per_second", "input_padding_ratio"):
+                     "tokens_per_second", "input_padding_ratio", "row_tau"):
             data[name] = getattr(self, name)
         return data
 

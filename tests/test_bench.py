@@ -281,3 +281,19 @@ def test_config_from_yaml_json_and_flags(tmp_path):
     assert [d.display for d in config.drafters] == ["oracle(draft_length=8)"]
     assert config.max_new_tokens == 16 and all(d.per_category == 1 for d in config.datasets)
     assert config.datasets[0].categories == ["mt_bench", "summarization", "rag"]
+
+
+def test_per_sample_tau_is_per_row_at_batch_above_one(tiny_dir, data_files, tmp_path):
+    """A batched cell reports each sample's own tau (its row's counts), equal to the same sample's
+    tau at batch 1: drafts and outputs per row do not depend on the batch."""
+    config = SweepConfig(models=[{"path": str(tiny_dir)}], drafters=["anpd"], baselines=["hf_generate"],
+                         datasets=[{"kind": "text", "path": str(data_files["text"])}], max_new_tokens=40,
+                         warmup=0, batch_sizes=[1, 2])
+    cells, records = run_sweep(config, tmp_path, show_progress=False)
+    anpd = [(c, r) for c, r in zip(cells, records) if c.label.startswith("anpd")]
+    assert any(len(call["rows"]) == 2 for c, r in anpd if c.batch_size == 2 for call in r["calls"])
+    summary = [s for s in summarize(cells, records)["cells"] if s["label"].startswith("anpd")]
+    alone = next(s["per_sample_tau"] for s in summary if s["batch_size"] == 1)
+    batched = next(s["per_sample_tau"] for s in summary if s["batch_size"] == 2)
+    assert len(set(alone)) == 2, "the two samples should differ in tau, or a per-call tau would pass too"
+    assert batched == pytest.approx(alone)

@@ -19,6 +19,10 @@ def _stats_add_up(out) -> None:
     stats = out.stats
     assert stats.accepted_tokens + stats.steps >= stats.new_tokens  # truncation at stops can only drop
     assert stats.new_tokens == sum(len(s) for s in out.sequences)
+    # Per-row counts (what the harness reports per sample at batch > 1) add up to the totals.
+    assert stats.row_new_tokens == [len(s) for s in out.sequences]
+    assert sum(stats.row_steps) == stats.steps and sum(stats.row_accepted) == stats.accepted_tokens
+    assert sum(stats.row_drafted) == stats.drafted_tokens and len(stats.row_tau) == len(out.sequences)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -13,6 +13,7 @@ import torch
 
 from specdec.draft import Draft, Verdict, node_depths, path_to
 from specdec.plugins import Verifier
+from specdec.rng import RandomSource
 from specdec.sampling import SamplingParams, sample_or_argmax
 
 from ._tree import canonical_nodes
@@ -58,9 +59,13 @@ class ExactVerifier(Verifier):
     lossless = True
 
     def verify(
-        self, draft: Draft, logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator
+        self, draft: Draft, logits: torch.Tensor, sampling: SamplingParams, generator: RandomSource
     ) -> Verdict:
-        choice = sample_or_argmax(logits, sampling, generator)  # [B, 1 + N]
+        used = None  # sampling draws once at the root and at every real node (none for padding)
+        if not sampling.greedy:
+            used = torch.cat([torch.ones(draft.batch_size, 1, dtype=torch.bool), draft.node_mask().cpu()], dim=1)
+            used = used.to(logits.device)
+        choice = sample_or_argmax(logits, sampling, generator, used)  # [B, 1 + N]
         if draft.width == 0:
             empty = torch.zeros(draft.batch_size, 0, dtype=torch.long, device=choice.device)
             return Verdict(empty, torch.zeros(draft.batch_size, dtype=torch.long, device=choice.device),

@@ -9,6 +9,7 @@ import torch
 
 from specdec.draft import Draft, Verdict, path_to
 from specdec.plugins import Verifier
+from specdec.rng import RandomSource, uniform
 from specdec.sampling import SamplingParams, process_logits, sample
 
 from ._tree import canonical_nodes, child_table
@@ -55,7 +56,7 @@ class RejectionVerifier(Verifier):
     lossless = True
 
     def verify(
-        self, draft: Draft, logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator
+        self, draft: Draft, logits: torch.Tensor, sampling: SamplingParams, generator: RandomSource
     ) -> Verdict:
         batch, width = draft.batch_size, draft.width
         device = logits.device
@@ -88,7 +89,7 @@ class RejectionVerifier(Verifier):
                     q = None if q_all is None else q_all[rows, node].float()  # [B, V]
                     p_x = residual.gather(1, token[:, None]).squeeze(1)
                     q_x = torch.ones_like(p_x) if q is None else q.gather(1, token[:, None]).squeeze(1)
-                    coin = torch.rand(batch, generator=generator, device=device)
+                    coin = uniform(generator, trying)  # only rows still trying use a draw
                     # u < P(x)/q(x), written without division; strict so P(x) = 0 is never accepted.
                     take = trying & (coin * q_x < p_x)
                     reject = trying & ~take

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specdec.draft import Draft, Verdict
 from specdec.plugins import Verifier
+from specdec.rng import RandomSource
 from specdec.sampling import SamplingParams, process_logits, sample
 
 from ._tree import sum_along_paths
@@ -55,7 +56,7 @@ class TypicalVerifier(Verifier):
     Options = TypicalOptions
 
     def verify(
-        self, draft: Draft, logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator
+        self, draft: Draft, logits: torch.Tensor, sampling: SamplingParams, generator: RandomSource
     ) -> Verdict:
         options: TypicalOptions = self.options  # type: ignore[assignment]
         batch, width = draft.batch_size, draft.width

@@ -22,6 +22,7 @@ from specdec.draft import Draft, Verdict
 from specdec.engine import tree_layout
 from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
+from specdec.rng import RowGenerators
 from specdec.sampling import SamplingParams
 from specdec.target import TargetRunner, context_length, model_device
 from specdec.validation import prune_draft
@@ -96,9 +97,10 @@ class PPDDraftModelDrafter(Drafter):
                  "num_ept": opts.num_ept}
         self.inner = PPDDrafter(PPDOptions(**{k: v for k, v in inner.items() if v is not None}))
         self.greedy = SamplingParams()
-        self.generator = torch.Generator(device=model_device(self.draft))
+        self.generator = RowGenerators.seeded([0])  # the inner loop is greedy: never drawn from
         self.inner.setup(GenerationContext(
-            model=self.draft, tokenizer=None, sampling=self.greedy, generator=self.generator,
+            model=self.draft, tokenizer=None, sampling=self.greedy,
+            generator=RowGenerators.seeded([0] * len(context.prompts)),
             prompts=context.prompts, max_new_tokens=context.max_new_tokens, vocab_size=draft_vocab,
             device=model_device(self.draft), max_draft_nodes=1024))
         self.context = context_length(self.draft)
