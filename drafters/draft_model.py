@@ -34,6 +34,7 @@ from specdec.rng import RowGenerators
 from specdec.sampling import SamplingParams, process_logits, sample
 from specdec.target import TargetRunner, context_length
 
+from .draft_fast import FastDraftForward, fast_forward_for
 from .draft_schedule import ConfidenceExit, HeuristicLength
 from .draft_vocab import VocabMapping, resolve_vocab
 
@@ -60,6 +61,9 @@ class DraftModelOptions(BaseModel):
     branch_depth: int = Field(1, ge=0, le=8, description="how many levels branch (with branches > 1)")
     shared_vocab_size: int | None = Field(None, ge=1, description="ids [0, n) shared by target and draft; only "
                                                                   "needed when sizes differ and no tokenizer is known")
+    fast_forward: bool = Field(True, description="run Llama/Mistral/Qwen2 drafts through specdec's lean fused "
+                                                 "forward (drafters/draft_fast.py); other models always use "
+                                                 "transformers' forward")
 
     @field_validator("model")
     @classmethod
@@ -135,6 +139,7 @@ class DraftModelDrafter(Drafter):
         self._rows: list[int] = []
         self._last: dict[str, Any] | None = None
         self._stats: dict[str, Any] = {}
+        self._fast: FastDraftForward | None = None
 
     # -- setup and teardown ------------------------------------------------------------------
     def _draft_model(self) -> tuple[Any, Any | None]:
@@ -175,10 +180,28 @@ class DraftModelDrafter(Drafter):
             body = torch.as_tensor(prompt[:-1], dtype=torch.long)
             prefill[row, : len(body)] = body
         self._runner.prefill(self.vocab.to_draft_ids(prefill), torch.tensor([len(p) - 1 for p in prompts]))
+        self._fast = fast_forward_for(self.model) if opts.fast_forward else None
         self._rows = list(range(batch))
         self._last = None
         self._stats = {"draft_vocab": self.vocab.describe(), "draft_forwards": 0, "draft_cache_peak_bytes": 0}
         self._track_memory()
+
+    def _scratch(self, ids: torch.Tensor, offset: int, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """Draft forward of a causal chain ids [B, T] placed `offset` slots past each row's
+        committed length. Returns logits [B, T, V], or [B, V] at input index keep[b] per row
+        (then only those positions go through the LM head on the fast path)."""
+        runner = self._runner
+        self._stats["draft_forwards"] += 1
+        steps = ids.shape[1]
+        start = runner.write_start + offset
+        fast = self._fast
+        if fast is not None and fast.ready(runner.cache, int(start.max()) + steps):
+            positions = (runner.lengths + offset)[:, None] + torch.arange(steps)[None, :]
+            return fast(runner.cache, ids, start, positions, keep)
+        logits = runner.scratch_forward(ids, offset=offset)
+        if keep is None:
+            return logits
+        return logits[torch.arange(ids.shape[0], device=logits.device), keep.to(logits.device)]
 
     def finish(self) -> None:
         if self._runner is not None:
@@ -232,10 +255,8 @@ class DraftModelDrafter(Drafter):
         for b, tokens in enumerate(pending):
             ids[b, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long)
             ids[b, len(tokens):] = tokens[-1]
-        logits = runner.scratch_forward(self.vocab.to_draft_ids(ids))
-        self._stats["draft_forwards"] += 1
-        last = torch.tensor([len(p) - 1 for p in pending], device=logits.device)
-        root_logits = logits[torch.arange(len(pending), device=logits.device), last]
+        last = torch.tensor([len(p) - 1 for p in pending])
+        root_logits = self._scratch(self.vocab.to_draft_ids(ids), 0, keep=last)
         runner.set_lengths(torch.tensor([len(seq) for seq in sequences]))
         return self.vocab.to_target(root_logits.float()).to(self.device)
 
@@ -295,10 +316,9 @@ class DraftModelDrafter(Drafter):
             going &= depths > i + 1
             if not bool(going.any()):
                 break
-            step_logits = self._runner.scratch_forward(self.vocab.to_draft_ids(tokens[:, i : i + 1]), offset=i)
-            self._stats["draft_forwards"] += 1
+            step_logits = self._scratch(self.vocab.to_draft_ids(tokens[:, i : i + 1]), i)[:, -1]
             fed = i + 1
-            logits = self.vocab.to_target(step_logits[:, -1].float()).to(self.device)
+            logits = self.vocab.to_target(step_logits.float()).to(self.device)
         width = int(counts.max())
         q_all = torch.stack(q_steps[:width], dim=1) if q_steps else None
         self._last = {"kind": "chain", "tokens": tokens[:, :width].cpu(), "fed": fed}

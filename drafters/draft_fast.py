@@ -1,0 +1,168 @@
+"""A lean forward pass for Llama-family draft models (Llama, Mistral without a sliding window, Qwen2).
+
+Why: a draft model is small, so on a CPU its forward is dominated by per-module Python overhead
+in transformers (hooks, output dataclasses, mask construction, config lookups), not by matmuls.
+The 2-layer default draft spends ~3 ms per one-token forward through `model(...)` on this
+project's machine, of which the matmuls are about half. This module runs the same computation
+with fused q/k/v and gate/up projections, straight on the drafter's `RaggedKVCache` buffers, and
+computes logits only where asked.
+
+It only ever produces *guesses*: the target verifies every drafted token, so tiny numeric
+differences from transformers' forward (fused matmuls) can change which tokens are proposed but
+never the output, and at temperature > 0 q is computed from these same logits, so the rejection
+verifier stays lossless. Models it does not recognise use transformers' forward (`supports`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+_FAMILIES = ("llama", "mistral", "qwen2")
+
+
+def supports(model: Any) -> bool:
+    """True when `model` has the plain Llama decoder layout this module reimplements."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "model_type", None) not in _FAMILIES:
+        return False
+    if getattr(config, "sliding_window", None) or getattr(config, "pretraining_tp", 1) != 1:
+        return False
+    base = getattr(model, "model", None)
+    if base is None or not hasattr(base, "layers") or not hasattr(base, "rotary_emb") or not hasattr(base, "norm"):
+        return False
+    if type(model).__name__ not in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"):
+        return False
+    layer = base.layers[0]
+    attn = getattr(layer, "self_attn", None)
+    mlp = getattr(layer, "mlp", None)
+    return (attn is not None and mlp is not None
+            and all(hasattr(attn, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj", "scaling", "head_dim"))
+            and all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn")))
+
+
+_BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def fast_forward_for(model: Any) -> FastDraftForward | None:
+    """The fused forward of `model`, or None when its architecture is not covered. Built once per
+    model and rebuilt when any weight was modified in place (tensor version counters change)."""
+    if not supports(model):
+        return None
+    key = tuple((param.data_ptr(), param._version) for param in model.parameters())
+    entry = _BUILT.get(model)
+    if entry is None or entry[0] != key:
+        entry = (key, FastDraftForward(model))
+        _BUILT[model] = entry
+    return entry[1]
+
+
+def _cat_bias(*linears: torch.nn.Linear) -> torch.Tensor | None:
+    if all(lin.bias is None for lin in linears):
+        return None
+    return torch.cat([lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features)
+                      for lin in linears])
+
+
+class FastDraftForward:
+    """Fused-weight forward of a Llama-family model over a `specdec.kv_cache.RaggedKVCache`."""
+
+    def __init__(self, model: Any) -> None:
+        base = model.model
+        config = model.config
+        self.model = model
+        self.embed = base.embed_tokens
+        self.rotary = base.rotary_emb
+        self.norm_weight, self.norm_eps = base.norm.weight, base.norm.variance_epsilon
+        self.lm_head = model.lm_head
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.layers = []
+        for layer in base.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            self.layers.append({
+                "in_w": layer.input_layernorm.weight, "in_eps": layer.input_layernorm.variance_epsilon,
+                "post_w": layer.post_attention_layernorm.weight,
+                "post_eps": layer.post_attention_layernorm.variance_epsilon,
+                "qkv_w": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).contiguous(),
+                "qkv_b": _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
+                "o_w": attn.o_proj.weight, "o_b": attn.o_proj.bias,
+                "gu_w": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).contiguous(),
+                "gu_b": _cat_bias(mlp.gate_proj, mlp.up_proj),
+                "down_w": mlp.down_proj.weight, "down_b": mlp.down_proj.bias,
+                "act": mlp.act_fn, "scaling": attn.scaling, "head_dim": attn.head_dim,
+                "inter": mlp.gate_proj.out_features,
+            })
+
+    @staticmethod
+    def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        dtype = x.dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * x32.to(dtype)
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    def ready(self, cache: Any, attend_len: int) -> bool:
+        """The cache buffers exist (prefill wrote something) and hold `attend_len` slots."""
+        layer = cache.layers[0]
+        return bool(layer.is_initialized) and attend_len <= layer.keys.shape[2]
+
+    @torch.inference_mode()
+    def __call__(self, cache: Any, input_ids: torch.Tensor, start: torch.Tensor, positions: torch.Tensor,
+                 keep: torch.Tensor | None = None) -> torch.Tensor:
+        """Run a causal chain input_ids [B, T] written at slots start[b] + t with position ids
+        `positions` [B, T]; row b attends to its slots [0, start[b] + t]. Returns logits
+        [B, T, V], or [B, V] at the input index keep[b] per row when `keep` is given."""
+        batch, steps = input_ids.shape
+        cache.set_plan(start, steps)
+        attend_len = cache.plan.attend_len
+        uniform = cache.plan.uniform_start
+        device = self.embed.weight.device
+        hidden = self.embed(input_ids.to(device))
+        cos, sin = self.rotary(hidden, positions.to(device))
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
+        if batch == 1 and steps == 1:
+            mask = None  # one query sees every slot below it: no mask needed
+        else:
+            slot = torch.arange(attend_len, device=device)
+            last_visible = start.to(device)[:, None] + torch.arange(steps, device=device)[None, :]
+            mask = (slot[None, None, :] <= last_visible[:, :, None])[:, None]  # [B, 1, T, S] bool
+        if uniform is None:
+            slots = start.to(device)[:, None] + torch.arange(steps, device=device)[None, :]
+            rows = torch.arange(batch, device=device)[:, None]
+        for layer, spec in zip(cache.layers, self.layers):
+            dim = spec["head_dim"]
+            x = self._rms(hidden, spec["in_w"], spec["in_eps"])
+            qkv = F.linear(x, spec["qkv_w"], spec["qkv_b"])
+            q_size, kv_size = self.heads * dim, self.kv_heads * dim
+            q = qkv[..., :q_size].view(batch, steps, self.heads, dim).transpose(1, 2)
+            k = qkv[..., q_size : q_size + kv_size].view(batch, steps, self.kv_heads, dim).transpose(1, 2)
+            v = qkv[..., q_size + kv_size :].view(batch, steps, self.kv_heads, dim).transpose(1, 2)
+            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+            if uniform is not None:
+                layer.keys[:, :, uniform : uniform + steps] = k
+                layer.values[:, :, uniform : uniform + steps] = v
+            else:
+                layer.keys[rows, :, slots] = k.transpose(1, 2)
+                layer.values[rows, :, slots] = v.transpose(1, 2)
+            keys, values = layer.keys[:, :, :attend_len], layer.values[:, :, :attend_len]
+            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=spec["scaling"],
+                                                  enable_gqa=self.kv_heads != self.heads)
+            attn = attn.transpose(1, 2).reshape(batch, steps, q_size)
+            hidden = hidden + F.linear(attn, spec["o_w"], spec["o_b"])
+            x = self._rms(hidden, spec["post_w"], spec["post_eps"])
+            gate_up = F.linear(x, spec["gu_w"], spec["gu_b"])
+            inter = spec["inter"]
+            hidden = hidden + F.linear(spec["act"](gate_up[..., :inter]) * gate_up[..., inter:], spec["down_w"],
+                                       spec["down_b"])
+        if keep is not None:
+            hidden = hidden[torch.arange(batch, device=device), keep.to(device)]
+        return self.lm_head(self._rms(hidden, self.norm_weight, self.norm_eps))
