@@ -27,7 +27,8 @@ def _model_row(name: str, recipe: dict, ev: dict) -> str:
 def _train_line(name: str, c: dict) -> str:
     return (
         f"{name}: AdamW (betas 0.9/0.95, weight decay {c['weight_decay']}), peak LR {c['lr']}, "
-        f"{c['warmup_steps']} warm-up steps then cosine to {c['min_lr_ratio']:.0%} of peak, fp32, "
+        f"{c['warmup_steps']} warm-up steps then cosine to {c['min_lr_ratio']:.0%} of peak, "
+        f"{'fp32 weights with bfloat16 autocast' if c.get('bf16_autocast') else 'fp32'}, "
         f"batch {c['batch_size']} x {c['seq_len']} tokens, {c['steps']} steps, seed {c['seed']}."
     )
 

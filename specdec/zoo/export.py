@@ -49,11 +49,17 @@ def run_summary(run_dir: Path) -> dict:
     }
 
 
-def export(runs: Path, out: Path, note: str = "") -> dict:
+def export(runs: Path, out: Path, note: str = "", names: tuple[str, ...] = ("target", "draft")) -> dict:
+    """Export the runs in `names`; models not named keep their shipped weights and recipe entry
+    (e.g. a retrained target beside the draft already shipped)."""
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(runs / "tokenizer")
     recipe: dict = {"models": {}, "note": note}
-    for name in ("target", "draft"):
+    if set(names) != {"target", "draft"}:
+        shipped = json.loads((out / "recipe.json").read_text())
+        recipe["models"] = {k: v for k, v in shipped["models"].items() if k not in names}
+        recipe["manifest"] = shipped["manifest"]
+    for name in names:
         model = load_run(runs / name)
         model.to(torch.bfloat16).save_pretrained(out / name)
         tokenizer.save_pretrained(out / name)
@@ -70,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=Path("runs"))
     parser.add_argument("--out", type=Path, default=default_model_dir())
     parser.add_argument("--note", default="", help="free text for the model card (e.g. machine load)")
+    parser.add_argument("--only", choices=("target", "draft"), help="export one model; keep the other as shipped")
     args = parser.parse_args(argv)
-    recipe = export(args.runs, args.out, args.note)
+    recipe = export(args.runs, args.out, args.note, (args.only,) if args.only else ("target", "draft"))
     print(json.dumps({k: v for k, v in recipe.items() if k != "manifest"}, indent=2))
     return 0
 

@@ -52,13 +52,18 @@ class TrainConfig:
     threads: int = 2
     ckpt_every: int = 50
     max_train_docs: int | None = None  # trims the corpus for tiny test runs
+    # bfloat16 autocast of the matmuls (fp32 master weights and optimizer): 1.7x faster per step on a
+    # CPU with avx512_bf16, which is what let the target see 7M tokens in about an hour here.
+    bf16_autocast: bool = False
     vocab_size: int = 8192
     extra: dict = field(default_factory=dict)
 
 
 PRESETS: dict[str, TrainConfig] = {
-    # ~17M parameters, 8 layers: room for layer skipping; ~50 min on 2 idle cores (3.2M tokens).
-    "target": TrainConfig("target", ModelShape(384, 8, 6, 1024), steps=780, lr=1.5e-3, warmup_steps=60),
+    # ~17M parameters, 8 layers: room for layer skipping; ~1 h on 2 idle cores (7.4M tokens, bf16 autocast).
+    "target": TrainConfig(
+        "target", ModelShape(384, 8, 6, 1024), steps=1800, lr=1.5e-3, warmup_steps=60, bf16_autocast=True
+    ),
     # 2 layers, hidden 224: 0.18 of the target's per-token matmul compute (LM head included).
     "draft": TrainConfig("draft", ModelShape(224, 2, 4, 608), steps=800, lr=2e-3, warmup_steps=60),
     # Narrower alternative (compute ratio 0.08), evaluated but not shipped; see the model card.
@@ -241,7 +246,8 @@ def _train(
     t0 = time.time() - elapsed
     while step < end:
         ids = blocks.batch(step, cfg.batch_size, cfg.seed)
-        loss = model(input_ids=ids, labels=ids).loss
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
+            loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
