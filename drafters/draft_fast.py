@@ -117,15 +117,23 @@ class FastDraftForward:
 
     @torch.inference_mode()
     def __call__(self, cache: Any, input_ids: torch.Tensor, start: torch.Tensor, positions: torch.Tensor,
-                 keep: torch.Tensor | None = None) -> torch.Tensor:
+                 keep: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Run a causal chain input_ids [B, T] written at slots start[b] + t with position ids
         `positions` [B, T]; row b attends to its slots [0, start[b] + t]. Returns logits
-        [B, T, V], or [B, V] at the input index keep[b] per row when `keep` is given."""
+        [B, T, V], or [B, V] at the input index keep[b] per row when `keep` is given.
+
+        `rows` [R] (cache row indices) runs only those rows of the cache (inputs are then [R, T]):
+        in a batch, rows that stopped drafting cost nothing instead of a padded forward."""
         batch, steps = input_ids.shape
-        cache.set_plan(start, steps)
-        attend_len = cache.plan.attend_len
-        uniform = cache.plan.uniform_start
         device = self.embed.weight.device
+        if rows is None:
+            cache.set_plan(start, steps)
+            attend_len = cache.plan.attend_len
+            uniform = cache.plan.uniform_start
+        else:  # the cache's write plan (used by transformers' forward) is left alone
+            attend_len = int(start.max()) + steps
+            uniform = None
+            rows_d = rows.to(device)
         hidden = self.embed(input_ids.to(device))
         cos, sin = self.rotary(hidden, positions.to(device))
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
@@ -137,7 +145,7 @@ class FastDraftForward:
             mask = (slot[None, None, :] <= last_visible[:, :, None])[:, None]  # [B, 1, T, S] bool
         if uniform is None:
             slots = start.to(device)[:, None] + torch.arange(steps, device=device)[None, :]
-            rows = torch.arange(batch, device=device)[:, None]
+            write_rows = (rows_d if rows is not None else torch.arange(batch, device=device))[:, None]
         for layer, spec in zip(cache.layers, self.layers):
             dim = spec["head_dim"]
             x = self._rms(hidden, spec["in_w"], spec["in_eps"])
@@ -151,9 +159,11 @@ class FastDraftForward:
                 layer.keys[:, :, uniform : uniform + steps] = k
                 layer.values[:, :, uniform : uniform + steps] = v
             else:
-                layer.keys[rows, :, slots] = k.transpose(1, 2)
-                layer.values[rows, :, slots] = v.transpose(1, 2)
+                layer.keys[write_rows, :, slots] = k.transpose(1, 2)
+                layer.values[write_rows, :, slots] = v.transpose(1, 2)
             keys, values = layer.keys[:, :, :attend_len], layer.values[:, :, :attend_len]
+            if rows is not None:
+                keys, values = keys.index_select(0, rows_d), values.index_select(0, rows_d)
             attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=spec["scaling"],
                                                   enable_gqa=self.kv_heads != self.heads)
             attn = attn.transpose(1, 2).reshape(batch, steps, q_size)

@@ -46,9 +46,9 @@ class DraftModelOptions(BaseModel):
                                               "(the bundled draft of specdec's default pair)")
     tokenizer: Any | None = Field(None, description="the draft's tokenizer, compared with the target's when both "
                                                     "are known (loaded from a model directory when present)")
-    k: int = Field(5, ge=1, le=256, description="tokens per draft (initial length for the heuristic schedule)")
+    k: int = Field(3, ge=1, le=256, description="tokens per draft (initial length for the heuristic schedule)")
     schedule: Literal["constant", "heuristic", "confidence"] = Field(
-        "constant", description="constant: always k; heuristic: +2 if all accepted else -1 (transformers); "
+        "heuristic", description="constant: always k; heuristic: +2 if all accepted else -1 (transformers); "
                                 "confidence: up to k, stop when the draft's top probability < threshold")
     k_max: int | None = Field(None, ge=1, le=256, description="ceiling of the heuristic schedule (default 4k)")
     confidence_threshold: float = Field(0.4, ge=0.0, le=1.0, description="gamma of the confidence exit")
@@ -186,10 +186,12 @@ class DraftModelDrafter(Drafter):
         self._stats = {"draft_vocab": self.vocab.describe(), "draft_forwards": 0, "draft_cache_peak_bytes": 0}
         self._track_memory()
 
-    def _scratch(self, ids: torch.Tensor, offset: int, keep: torch.Tensor | None = None) -> torch.Tensor:
+    def _scratch(self, ids: torch.Tensor, offset: int, keep: torch.Tensor | None = None,
+                 active: torch.Tensor | None = None) -> torch.Tensor:
         """Draft forward of a causal chain ids [B, T] placed `offset` slots past each row's
         committed length. Returns logits [B, T, V], or [B, V] at input index keep[b] per row
-        (then only those positions go through the LM head on the fast path)."""
+        (then only those positions go through the LM head on the fast path). With `active` [B]
+        bool, the fast path runs only those rows (the others' logits are left as zeros)."""
         runner = self._runner
         self._stats["draft_forwards"] += 1
         steps = ids.shape[1]
@@ -197,7 +199,14 @@ class DraftModelDrafter(Drafter):
         fast = self._fast
         if fast is not None and fast.ready(runner.cache, int(start.max()) + steps):
             positions = (runner.lengths + offset)[:, None] + torch.arange(steps)[None, :]
-            return fast(runner.cache, ids, start, positions, keep)
+            if active is None or bool(active.all()):
+                return fast(runner.cache, ids, start, positions, keep)
+            rows = active.nonzero(as_tuple=True)[0]
+            part = fast(runner.cache, ids[rows.to(ids.device)], start[rows], positions[rows],
+                        None if keep is None else keep[rows], rows=rows)
+            logits = part.new_zeros(ids.shape[0], *part.shape[1:])
+            logits[rows.to(part.device)] = part
+            return logits
         logits = runner.scratch_forward(ids, offset=offset)
         if keep is None:
             return logits
@@ -316,7 +325,7 @@ class DraftModelDrafter(Drafter):
             going &= depths > i + 1
             if not bool(going.any()):
                 break
-            step_logits = self._scratch(self.vocab.to_draft_ids(tokens[:, i : i + 1]), i)[:, -1]
+            step_logits = self._scratch(self.vocab.to_draft_ids(tokens[:, i : i + 1]), i, active=going)[:, -1]
             fed = i + 1
             logits = self.vocab.to_target(step_logits.float()).to(self.device)
         width = int(counts.max())

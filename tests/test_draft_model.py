@@ -236,3 +236,51 @@ def test_tree_shape_and_node_budget(target):
     with pytest.raises(DrafterError, match="max_draft_nodes"):
         specdec.generate(target, [1, 2, 3], drafter="draft_model", verifier="exact", max_new_tokens=4,
                          drafter_options=dict(model=target, k=8, branches=4, branch_depth=3), max_draft_nodes=64)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
+def test_fast_forward_matches_transformers_forward(arch):
+    """The fused draft forward (drafters/draft_fast.py) computes what transformers' forward computes
+    on the same ragged cache: logits, cache contents, and a subset of rows run alone."""
+    from specdec.drafters.draft_fast import fast_forward_for
+
+    from specdec.target import TargetRunner
+
+    model = tiny_model(arch, seed=2)
+    fast = fast_forward_for(model)
+    assert fast is not None
+    lengths = torch.tensor([9, 4, 7])
+    prompt = torch.randint(1, VOCAB, (3, 9), generator=torch.Generator().manual_seed(0))
+    chain = torch.randint(1, VOCAB, (3, 3), generator=torch.Generator().manual_seed(1))
+    reference, ours = TargetRunner(model, 3, 32), TargetRunner(model, 3, 32)
+    with torch.inference_mode():
+        for runner in (reference, ours):
+            runner.prefill(prompt, lengths)
+        expected = reference.scratch_forward(chain)
+        positions = lengths[:, None] + torch.arange(3)[None, :]
+        got = fast(ours.cache, chain, ours.write_start, positions)
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        last = fast(ours.cache, chain, ours.write_start, positions, keep=torch.tensor([2, 0, 1]))
+        torch.testing.assert_close(last, expected[torch.arange(3), torch.tensor([2, 0, 1])], atol=1e-4, rtol=1e-4)
+        for ref_layer, layer in zip(reference.cache.layers, ours.cache.layers):
+            for row, length in enumerate(lengths.tolist()):
+                torch.testing.assert_close(layer.keys[row, :, : length + 3], ref_layer.keys[row, :, : length + 3])
+        # one more token for rows 0 and 2 only (row 1 stopped drafting)
+        step = torch.tensor([[5], [6], [7]])
+        expected = reference.scratch_forward(step, offset=3)[:, -1]
+        rows = torch.tensor([0, 2])
+        got = fast(ours.cache, step[rows], ours.write_start[rows] + 3, lengths[rows, None] + 3, rows=rows)[:, -1]
+        torch.testing.assert_close(got, expected[rows], atol=1e-4, rtol=1e-4)
+    assert fast_forward_for(tiny_model("gpt2")) is None  # other architectures use transformers' forward
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_fast_forward_on_and_off_give_greedy_output(target, expected, close_draft, fast_forward):
+    out = _run(target, PROMPTS, model=close_draft, fast_forward=fast_forward)
+    assert out.sequences == expected
+
+
+def test_default_policy_is_the_tuned_heuristic():
+    """The default is the policy measured best on held-out text (benchmarks/results/draft_model)."""
+    options = DraftModelDrafter.Options()
+    assert (options.schedule, options.k) == ("heuristic", 3)
