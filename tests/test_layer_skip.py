@@ -273,3 +273,113 @@ def test_skip_set_shipped_beside_the_model_is_the_default(tmp_path) -> None:
     out = specdec.generate(loaded, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=6)
     assert drafter.skip_set == SkipSet(attention=(1,), mlp=(1,))
     assert out.sequences[0] == hf_greedy(loaded, [1, 2, 3], 6)
+
+
+# -- reduced draft vocabulary and the cost-model search ---------------------------------------
+KEPT = list(range(0, VOCAB, 2)) + [VOCAB - 1]  # half the vocabulary, not a prefix
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_reduced_vocab_greedy_token_identical(arch: str) -> None:
+    """The draft proposes only kept tokens; the full verifier keeps greedy output identical."""
+    model = tiny_model(arch, layers=3)
+    drafter = _drafter({"attention": [1], "mlp": [2]}, max_draft=4, draft_vocab=KEPT)
+    seen: list[int] = []
+
+    class Watch(LayerSkipDrafter):
+        def propose(self, state):
+            draft = super().propose(state)
+            seen.extend(draft.tokens[0, : int(draft.num_nodes[0])].tolist())
+            return draft
+
+    watch = Watch(drafter.options)
+    out = specdec.generate(model, [3, 14, 15, 92], drafter=watch, verifier="exact", max_new_tokens=20)
+    assert out.sequences[0] == hf_greedy(model, [3, 14, 15, 92], 20)
+    assert seen and set(seen) <= set(KEPT)
+
+
+def test_reduced_vocab_q_is_the_subset_distribution() -> None:
+    """Sampled q = process_logits over the kept tokens' logits, zero elsewhere (lossless rejection needs it)."""
+    model = tiny_model("llama", layers=3)
+    params = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)
+    skip = SkipSet(attention=(2,), mlp=(1,))
+    captured = {}
+
+    class Capture(LayerSkipDrafter):
+        def propose(self, state):
+            draft = super().propose(state)
+            captured.setdefault("first", (list(state.sequences[0]), draft))
+            return draft
+
+    drafter = Capture(LayerSkipOptions(skip=skip, max_draft=3, adaptive=False, draft_vocab=KEPT))
+    specdec.generate(model, [4, 5, 6, 7], drafter=drafter, verifier="rejection", max_new_tokens=4, temperature=0.7,
+                     top_k=20, top_p=0.9, seed=1)
+    sequence, draft = captured["first"]
+    assert draft.q is not None and draft.q.shape == (1, int(draft.num_nodes[0]), VOCAB)
+    chain = sequence + draft.tokens[0].tolist()
+    with torch.no_grad(), LayerSkipper(model, skip.attention, skip.mlp):
+        logits = model(torch.tensor([chain]), use_cache=False).logits[0]
+    outside = torch.ones(VOCAB, dtype=torch.bool)
+    outside[KEPT] = False
+    for i in range(int(draft.num_nodes[0])):
+        expected = process_logits(logits[len(sequence) - 1 + i, KEPT], params)
+        torch.testing.assert_close(draft.q[0, i, KEPT], expected, atol=1e-5, rtol=1e-4)
+        assert float(draft.q[0, i, outside].abs().sum()) == 0.0
+        assert draft.q[0, i, draft.tokens[0, i]] > 0
+
+
+def test_rejection_sampling_with_reduced_vocab_matches_target() -> None:
+    """A draft over 10 of 16 tokens, verified by rejection sampling, keeps the target's distribution."""
+    from sampling_drafters import ContextLM, exact_joint, small_llama
+    from test_distribution import PROMPT, ROWS, SETTINGS, STEPS, _generate_counts, chi_square_p_value
+
+    target = small_llama(16, seed=0)
+    params = SETTINGS["t1.0"]
+    joint = exact_joint(ContextLM(target), PROMPT, 16, STEPS, params)
+    drafter = _drafter({"mlp": [0]}, max_draft=3, gamma0=0.3, draft_vocab=[0, 2, 3, 5, 7, 8, 9, 11, 12, 15])
+    counts, stats = _generate_counts(target, drafter, "rejection", params)
+    assert stats.accepted_tokens > 0.2 * ROWS
+    assert chi_square_p_value(counts, joint) > 1e-3
+
+
+def test_draft_vocab_errors() -> None:
+    model = tiny_model("llama", layers=2)
+    with pytest.raises(DrafterError, match="token ranking"):
+        specdec.generate(model, [1, 2, 3], drafter="layer_skip",
+                         drafter_options={"skip": {"attention": [1]}, "draft_vocab": 8}, max_new_tokens=4)
+    with pytest.raises(DrafterError, match="distinct token ids"):
+        specdec.generate(model, [1, 2, 3], drafter="layer_skip",
+                         drafter_options={"skip": {"attention": [1]}, "draft_vocab": [1, 1]}, max_new_tokens=4)
+
+
+def test_rank_tokens_orders_by_frequency() -> None:
+    from specdec.drafters.layerskip.vocab import coverage, rank_tokens
+
+    ranking = rank_tokens([[3, 3, 3, 1, 1, 2], [1, 3]], vocab_size=5)
+    assert ranking == [3, 1, 2, 0, 4]  # 3 x4, 1 x3, 2 x1, then unseen by id
+    assert coverage(ranking, 2, [3, 1, 2, 4]) == 0.5
+
+
+def test_cost_objective_search_records_vocab_and_drafter_uses_it(tmp_path) -> None:
+    model = tiny_model("llama", layers=2)
+    prompts = [[1, 2, 3, 4], [9, 10]]
+    ranking = list(range(VOCAB))[::-1]
+    settings = SearchSettings(max_new_tokens=6, max_draft=3, objective="cost", draft_vocab=48)
+    out = tmp_path / "skip.json"
+    result = search_skip_set(model, prompts, 3, settings=settings, cache_path=tmp_path / "cache.json", out_path=out,
+                             init_points=1, retime_top=2, retime_repeats=1, progress=False, ranking=ranking,
+                             vocab_sizes=(0, 24))
+    cache = json.loads((tmp_path / "cache.json").read_text())
+    assert set(cache["cost_model"]["draft_fixed"]) == {"0", "24", "48"}
+    assert all(0 < m["predicted_speedup"] for m in cache["evaluations"].values())
+    # deterministic objective: the same mask always gets the same value
+    again = search_skip_set(model, prompts, 3, settings=settings, cache_path=tmp_path / "other.json",
+                            init_points=1, retime_top=1, retime_repeats=1, progress=False, ranking=ranking)
+    assert [h["mask"] for h in again.history][:1] == [h["mask"] for h in result.history][:1]
+    data = json.loads(out.read_text())
+    assert data["token_ranking"] == ranking and data["draft_vocab"] in (0, 24, 48)
+    drafter = LayerSkipDrafter(LayerSkipOptions(skip=str(out)))
+    got = specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=8)
+    assert got.sequences[0] == hf_greedy(model, [1, 2, 3], 8)
+    expected = None if data["draft_vocab"] == 0 else ranking[: data["draft_vocab"]]
+    assert (drafter.head_tokens is None if expected is None else drafter.head_tokens.tolist() == expected)

@@ -7,6 +7,9 @@ drafted positions (draft-time KV of layers after the first skipped block would b
 
 Rows of a batch draft in lockstep (one scratch forward per depth for all rows); a row that has
 exited, or reached its budget, stops growing its chain while the others continue.
+
+With a reduced draft vocabulary (`draft_vocab`, see vocab.py) the LM head scores only the N most
+frequent tokens while drafting; proposals are still verified against the full target.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from specdec.sampling import process_logits, sample
 
 from .adaptive import AdaptiveOptions, ExitState
 from .skipping import LayerSkipper, layout_for
-from .skipset import SkipSet, find_shipped_skip_set, load_skip_set
+from .skipset import SkipSet, find_shipped_skip_set, load_skip_set, read_skip_file
 
 
 class LayerSkipOptions(AdaptiveOptions):
@@ -32,6 +35,10 @@ class LayerSkipOptions(AdaptiveOptions):
         None, description="{'attention': [...], 'mlp': [...]} (0-based layers), or a skip-set file from "
                           "`specdec search-layers`; default: the file shipped with the model (fingerprint-checked)")
     max_draft: int = Field(12, ge=1, le=128, description="maximum draft tokens per step (paper: 12)")
+    draft_vocab: int | list[int] | None = Field(
+        None, description="tokens the draft scores: N = the N most frequent tokens of the skip-set file's "
+                          "token ranking, a list = these token ids, 0 = the full vocabulary; default: what the "
+                          "skip-set file recommends (measured on calibration data), else the full vocabulary")
 
 
 class LayerSkipDrafter(Drafter):
@@ -44,8 +51,10 @@ class LayerSkipDrafter(Drafter):
         super().__init__(options)
         self.options: LayerSkipOptions
         self._skipper: LayerSkipper | None = None
-        self._skipper_key: tuple[int, SkipSet] | None = None
+        self._skipper_key: tuple[int, SkipSet, tuple[int, ...] | None] | None = None
         self.skip_set: SkipSet | None = None
+        self.head_tokens: torch.Tensor | None = None  # token id of each reduced-head column; None = full
+        self._vocab_size = 0
         self._rows: dict[int, ExitState] = {}
         self._gamma = self.options.gamma0  # carried across generate calls when carry_gamma
         self.draft_forwards = 0  # scratch forwards run, for cost accounting (search, benchmarks)
@@ -72,14 +81,49 @@ class LayerSkipDrafter(Drafter):
             raise DrafterError(f"layer_skip: {error}") from error
         return skip
 
+    def _skip_file(self, model: Any) -> Path | None:
+        skip = self.options.skip
+        if isinstance(skip, str):
+            return Path(skip)
+        return find_shipped_skip_set(model) if skip is None else None
+
+    def resolve_draft_vocab(self, model: Any) -> tuple[int, ...] | None:
+        """Token ids the draft scores (None = all): from the option, else the skip-set file's advice."""
+        choice = self.options.draft_vocab
+        vocab = int(model.get_output_embeddings().weight.shape[0])
+        if isinstance(choice, list):
+            if not choice or min(choice) < 0 or max(choice) >= vocab or len(set(choice)) != len(choice):
+                raise DrafterError(f"layer_skip: draft_vocab lists must hold distinct token ids in 0..{vocab - 1}")
+            return tuple(choice)
+        if choice == 0:
+            return None
+        path = self._skip_file(model)
+        data = read_skip_file(path) if path is not None else {}
+        ranking = data.get("token_ranking")
+        if choice is None:
+            choice = int(data.get("draft_vocab") or 0)
+            if choice == 0 or not ranking:
+                return None
+        if choice < 0:
+            raise DrafterError(f"layer_skip: draft_vocab must be >= 0, got {choice}")
+        if not ranking:
+            raise DrafterError(f"layer_skip: draft_vocab={choice} needs a token ranking, which only skip-set files "
+                               "from `specdec search-layers --vocab-corpus/--vocab-files` carry; pass token ids instead")
+        if choice >= vocab:
+            return None
+        return tuple(int(t) for t in ranking[:choice])
+
     def setup(self, context: GenerationContext) -> None:
         model = context.model
         layout_for(model)  # clear error for unsupported architectures before any drafting
         skip = self.resolve_skip_set(model)
-        key = (id(model), skip)
+        head = self.resolve_draft_vocab(model)
+        key = (id(model), skip, head)
         if self._skipper_key != key:
-            self._skipper = LayerSkipper(model, skip.attention, skip.mlp)
+            self._skipper = LayerSkipper(model, skip.attention, skip.mlp, head_tokens=head)
             self._skipper_key = key
+        self.head_tokens = self._skipper.head_tokens
+        self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.skip_set = skip
         self._rows = {}
         if not self.options.carry_gamma:
@@ -113,13 +157,14 @@ class LayerSkipDrafter(Drafter):
             for depth in range(steps):
                 logits = state.target.scratch_forward(inputs, offset=depth)[:, -1].float().cpu()
                 self.draft_forwards += 1
+                # With a reduced head, `logits` and `chosen` index the kept tokens (head_tokens).
                 if greedy:
                     chosen = logits.argmax(dim=-1)
                 else:
                     q = process_logits(logits, state.sampling)
-                    chosen = sample(q, state.generator).cpu()
-                    q_rows.append(q)
-                tokens[:, depth] = chosen
+                    chosen = sample(q, state.generator, growing).cpu()  # draws only for growing rows
+                    q_rows.append(self._full_vocab(q))
+                tokens[:, depth] = chosen if self.head_tokens is None else self.head_tokens[chosen]
                 lengths += growing.long()
                 growing = growing & (depth + 1 < limits)
                 if adaptive:
@@ -128,10 +173,18 @@ class LayerSkipDrafter(Drafter):
                     growing = growing & (confidence >= gammas)
                 if not bool(growing.any()):
                     break
-                inputs = chosen[:, None]
+                inputs = tokens[:, depth, None]
         width = depth + 1
         q = torch.stack(q_rows, dim=1)[:, :width] if q_rows else None
         return Draft.chain(tokens[:, :width], lengths, q)
+
+    def _full_vocab(self, q: torch.Tensor) -> torch.Tensor:
+        """q over the reduced head -> q over the full vocabulary, zero outside the kept tokens: the
+        distribution the draft token was really drawn from (what lossless rejection sampling needs)."""
+        if self.head_tokens is None:
+            return q
+        full = torch.zeros(q.shape[0], self._vocab_size, dtype=q.dtype)
+        return full.index_copy_(1, self.head_tokens, q.cpu())
 
     def observe(self, state: DecodeState, draft: Draft, verdict: Verdict, committed: list[list[int]],
                 extra_logits: torch.Tensor | None) -> None:

@@ -5,6 +5,14 @@ as 2L continuous parameters in [0, 1], "skip" when > 0.5. The objective is the m
 second of greedy self-speculation (exact verifier) on calibration prompts, so it prices in both
 acceptance and draft cost on the machine at hand.
 
+`objective="cost"` replaces wall-clock timing of every candidate (noisy on a shared CPU: +-15% between
+identical runs, as large as the differences between good sets) by a cost model measured once per
+search: the candidate's greedy run still counts its draft forwards and the tokens of each
+verification, which are deterministic, and each is priced by CPU-time costs timed at the start
+(a draft forward = fixed part + per kept attention block + per kept MLP block; a verification of t
+tokens; engine overhead per step), all in units of a plain 1-token forward. The objective is then
+exact for the calibration prompts up to the cost model, which the final re-timing checks.
+
 Engineering around the noisy objective (an ask/tell loop with `bayesian-optimization` 3.x):
 - every distinct mask is timed once and cached in a JSON file; a suggestion that maps to a cached
   mask is told the cached value without timing again;
@@ -19,6 +27,7 @@ Python API: `search_skip_set(model, prompts, ...)`; CLI: `specdec search-layers`
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -61,6 +70,10 @@ class SearchSettings(BaseModel):
         "wall", description="wall: elapsed time (what a user sees on a dedicated machine); cpu: this process's "
                             "CPU time, far steadier on a shared machine (set torch threads to 1 for it to track "
                             "compute faithfully)")
+    objective: Literal["time", "cost"] = Field(
+        "time", description="time: measured tokens/s of each candidate (the paper); cost: deterministic counts "
+                            "priced by a cost model timed once (see the module docstring)")
+    draft_vocab: int = Field(0, ge=0, description="draft scores the N most frequent tokens (0 = full vocabulary)")
 
 
 @dataclass
@@ -76,6 +89,8 @@ class Measurement:
     steps: int = 0  # verification forwards
     draft_seconds: float = 0.0  # wall, from the engine's stats
     verify_seconds: float = 0.0
+    verify_widths: dict[int, int] = field(default_factory=dict)  # tokens in a verification -> how many steps
+    predicted_speedup: float = 0.0  # by the cost model, when one was given
 
 
 @dataclass
@@ -87,17 +102,121 @@ class SearchResult:
     history: list[dict] = field(default_factory=list)  # one entry per iteration
     retimed: list[dict] = field(default_factory=list)
     out_path: Path | None = None
+    draft_vocab: int = 0  # recommended draft vocabulary (0 = full)
+    predicted_speedup: float = 0.0  # cost objective only
 
 
 # -- measuring --------------------------------------------------------------------------------
-def measure(model: Any, prompts: list[list[int]], skip: SkipSet | None, settings: SearchSettings) -> Measurement:
-    """Greedy generation over `prompts` one at a time; `skip=None` measures plain decoding."""
+class _WidthRecordingDrafter(LayerSkipDrafter):
+    """Counts how many tokens each verification forward gets (1 + drafted), for the cost model."""
+
+    widths: dict[int, int]
+
+    def propose(self, state: Any) -> Any:
+        draft = super().propose(state)
+        for nodes in draft.num_nodes.tolist():
+            self.widths[1 + int(nodes)] = self.widths.get(1 + int(nodes), 0) + 1
+        return draft
+
+
+@dataclass
+class CostModel:
+    """CPU-time costs of one process, in units of a plain 1-token forward (`unit_seconds`)."""
+
+    unit_seconds: float
+    num_layers: int
+    draft_fixed: dict[int, float]  # draft_vocab (0 = full) -> a draft forward with every block skipped
+    attention: float  # added per kept attention block
+    mlp: float  # added per kept MLP block
+    verify: list[float]  # verify[t - 1]: a t-token verification forward
+    step_overhead: float = 0.0  # engine work per step beyond the forward (verifier, bookkeeping)
+
+    def draft_cost(self, skip: SkipSet, draft_vocab: int) -> float:
+        kept_attention = self.num_layers - len(skip.attention)
+        kept_mlp = self.num_layers - len(skip.mlp)
+        return self.draft_fixed[draft_vocab] + kept_attention * self.attention + kept_mlp * self.mlp
+
+    def verify_cost(self, width: int) -> float:
+        if width <= len(self.verify):
+            return self.verify[width - 1]
+        # beyond the timed widths: extend linearly from the last two
+        slope = self.verify[-1] - self.verify[-2] if len(self.verify) > 1 else self.verify[-1]
+        return self.verify[-1] + slope * (width - len(self.verify))
+
+    def cost(self, skip: SkipSet | None, draft_vocab: int, draft_forwards: int, widths: dict[int, int],
+             tokens: int) -> float:
+        """Predicted cost (units) of a run; `skip=None` = plain decoding (one 1-token forward per token)."""
+        if skip is None:
+            return tokens * (self.verify_cost(1) + self.step_overhead)
+        verify = sum(count * (self.verify_cost(width) + self.step_overhead) for width, count in widths.items())
+        return draft_forwards * self.draft_cost(skip, draft_vocab) + verify
+
+
+def _median_cpu_ms(fn: Any, calls: int, rounds: int) -> float:
+    for _ in range(max(2, calls // 4)):
+        fn()
+    times = []
+    for _ in range(rounds):
+        start = time.process_time()
+        for _ in range(calls):
+            fn()
+        times.append((time.process_time() - start) / calls)
+    return statistics.median(times)
+
+
+@torch.no_grad()
+def measure_cost_model(model: Any, prompt: list[int], max_width: int, vocab_rankings: dict[int, list[int]],
+                       calls: int = 20, rounds: int = 5) -> CostModel:
+    """Time (CPU, this process) the forwards the cost model prices, on the engine's own cache code."""
+    from specdec.target import TargetRunner
+
+    from .skipping import LayerSkipper
+
+    layers = count_layers(model)
+    runner = TargetRunner(model, 1, len(prompt) + max_width + 8)
+    runner.prefill(torch.tensor([prompt[:-1]]), torch.tensor([len(prompt) - 1]))
+    root = torch.tensor([[prompt[-1]]])
+    chain = torch.tensor([prompt[-max_width:]] if len(prompt) >= max_width else [[prompt[-1]] * max_width])
+    verify = []
+    for width in range(1, max_width + 1):
+        visible = torch.ones(width, width, dtype=torch.bool).tril()[None]
+        depths = torch.arange(width)[None]
+        run = functools.partial(runner.verify_forward, chain[:, :width], depths, visible)
+        verify.append(_median_cpu_ms(run, calls, rounds))
+    unit = verify[0]
+    everything = tuple(range(layers))
+
+    def draft(attention: tuple[int, ...], mlp: tuple[int, ...], ranking: list[int] | None) -> float:
+        with LayerSkipper(model, attention, mlp, head_tokens=ranking):
+            return _median_cpu_ms(lambda: runner.scratch_forward(root), calls, rounds) / unit
+
+    fixed = {vocab: draft(everything, everything, ranking or None) for vocab, ranking in vocab_rankings.items()}
+    first = next(iter(vocab_rankings))
+    ranking0 = vocab_rankings[first] or None
+    attention = max(0.0, (draft((), everything, ranking0) - fixed[first]) / layers)
+    mlp = max(0.0, (draft(everything, (), ranking0) - fixed[first]) / layers)
+    return CostModel(unit_seconds=unit, num_layers=layers, draft_fixed=fixed, attention=attention, mlp=mlp,
+                     verify=[v / unit for v in verify])
+
+
+def measure(model: Any, prompts: list[list[int]], skip: SkipSet | None, settings: SearchSettings,
+            *, ranking: list[int] | None = None, cost_model: CostModel | None = None) -> Measurement:
+    """Greedy generation over `prompts` one at a time; `skip=None` measures plain decoding.
+
+    With `cost_model` the objective (`tokens_per_second`) is the cost model's prediction."""
     import specdec
 
     drafter: Any = "none"
     if skip is not None:
-        drafter = LayerSkipDrafter(LayerSkipOptions(skip=skip, max_draft=settings.max_draft, gamma0=settings.gamma0,
-                                                    alpha=settings.alpha, adaptive=settings.adaptive))
+        vocab: list[int] | int = 0
+        if settings.draft_vocab:
+            if ranking is None:
+                raise ValueError("draft_vocab > 0 needs a token ranking")
+            vocab = list(ranking[: settings.draft_vocab])
+        drafter = _WidthRecordingDrafter(LayerSkipOptions(
+            skip=skip, max_draft=settings.max_draft, gamma0=settings.gamma0, alpha=settings.alpha,
+            adaptive=settings.adaptive, draft_vocab=vocab))
+        drafter.widths = {}
     tokens = steps = drafted = accepted = 0
     wall = cpu = draft_seconds = verify_seconds = 0.0
     for prompt in prompts:
@@ -114,6 +233,13 @@ def measure(model: Any, prompts: list[list[int]], skip: SkipSet | None, settings
         draft_seconds += stats.draft_time
         verify_seconds += stats.verify_time
     seconds = cpu if settings.clock == "cpu" else wall
+    widths = drafter.widths if skip is not None else {1: steps}
+    forwards = drafter.draft_forwards if skip is not None else 0
+    predicted = 0.0
+    if cost_model is not None:
+        cost = cost_model.cost(skip, settings.draft_vocab, forwards, widths, tokens)
+        predicted = cost_model.cost(None, 0, 0, {}, tokens) / cost if cost > 0 else 0.0
+        seconds = cost * cost_model.unit_seconds  # predicted seconds: the objective
     return Measurement(
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
         tau=tokens / steps if steps else 0.0,
@@ -121,8 +247,9 @@ def measure(model: Any, prompts: list[list[int]], skip: SkipSet | None, settings
         tokens=tokens, seconds=seconds,
         wall_tokens_per_second=tokens / wall if wall > 0 else 0.0,
         cpu_tokens_per_second=tokens / cpu if cpu > 0 else 0.0,
-        draft_forwards=drafter.draft_forwards if skip is not None else 0,
+        draft_forwards=forwards,
         steps=steps, draft_seconds=draft_seconds, verify_seconds=verify_seconds,
+        verify_widths=dict(sorted(widths.items())), predicted_speedup=predicted,
     )
 
 
@@ -197,10 +324,10 @@ def _load_cache(path: Path | None, header: dict) -> dict:
     data = json.loads(path.read_text())
     if data.get("format") != CACHE_FORMAT:
         raise ValueError(f"{str(path)!r} is not a layer-skip search cache")
-    for key in ("model_fingerprint", "settings", "prompts_digest"):
-        if data.get(key) != header[key]:
+    for key in ("model_fingerprint", "settings", "prompts_digest", "ranking_digest"):
+        if data.get(key) != header.get(key):
             raise ValueError(f"search cache {str(path)!r} was made with a different {key.replace('_', ' ')} "
-                             f"({data.get(key)!r} vs {header[key]!r}); its timings are not comparable. "
+                             f"({data.get(key)!r} vs {header.get(key)!r}); its timings are not comparable. "
                              "Use another --cache file or delete this one.")
     return data
 
@@ -275,12 +402,18 @@ def search_skip_set(
     progress: bool = True,
     prompts_description: str = "",
     time_budget: float | None = None,
+    ranking: list[int] | None = None,
+    vocab_sizes: tuple[int, ...] = (),
 ) -> SearchResult:
     """Search a skip set for `model`; resumes from `cache_path` and writes `out_path` when given.
 
     `iterations` counts suggestions in total (including ones replayed from the cache), each either
     timed (a new mask) or answered from the cache (a mask already timed). `time_budget` (seconds) stops
     the suggestions early; the re-timing and the result file follow either way.
+
+    `ranking` (token ids, most frequent first; needed when settings.draft_vocab > 0) is written to the
+    result file; `vocab_sizes` are draft vocabularies tried for the winner at the end (0 = full), and
+    the best by the objective on the calibration prompts becomes the file's recommended `draft_vocab`.
     """
     from bayes_opt import BayesianOptimization
     from tqdm.auto import tqdm
@@ -293,8 +426,12 @@ def search_skip_set(
     layers = count_layers(model)
     keys = [f"a{i:03d}" for i in range(layers)] + [f"m{i:03d}" for i in range(layers)]
     cache_file = Path(cache_path) if cache_path is not None else None
+    if (settings.draft_vocab or any(vocab_sizes)) and not ranking:
+        raise ValueError("a reduced draft vocabulary needs a token ranking")
     header = {"format": CACHE_FORMAT, "model_fingerprint": model_fingerprint(model), "num_layers": layers,
               "settings": settings.model_dump(), "prompts_digest": _prompts_digest(prompts)}
+    if ranking:
+        header["ranking_digest"] = _prompts_digest([list(ranking)])
     cache = _load_cache(cache_file, header)
     cache.setdefault("machine", machine_info())
     evaluations: dict[str, dict] = cache["evaluations"]
@@ -306,9 +443,28 @@ def search_skip_set(
     for entry in history:
         optimizer.register(params=dict(zip(keys, entry["params"])), target=entry["target"])
 
+    sizes = sorted({settings.draft_vocab, *vocab_sizes})
+    cost_model: CostModel | None = None
+    if settings.objective == "cost":
+        if "cost_model" not in cache:
+            rankings = {n: (list(ranking[:n]) if n and ranking else []) for n in sizes}
+            rankings = {settings.draft_vocab: rankings.pop(settings.draft_vocab), **rankings}  # searched one first
+            measured = measure_cost_model(model, prompts[0], settings.max_draft + 1, rankings)
+            plain = measure(model, prompts, None, settings.model_copy(update={"clock": "cpu"}))
+            # engine work per plain step beyond its forward (verifier, bookkeeping), in units
+            measured.step_overhead = max(0.0, plain.seconds / plain.steps / measured.unit_seconds - 1.0)
+            cache["cost_model"] = asdict(measured)
+            _save_cache(cache_file, cache)
+        data = dict(cache["cost_model"])
+        data["draft_fixed"] = {int(k): v for k, v in data["draft_fixed"].items()}
+        cost_model = CostModel(**data)
+
+    def evaluate(skip: SkipSet | None, run_settings: SearchSettings = settings) -> Measurement:
+        return measure(model, prompts, skip, run_settings, ranking=ranking, cost_model=cost_model)
+
     if "baseline" not in cache:
         measure(model, prompts[:1], None, settings)  # warm-up (allocator, kernels, tree check)
-        cache["baseline"] = asdict(measure(model, prompts, None, settings))
+        cache["baseline"] = asdict(evaluate(None))
         _save_cache(cache_file, cache)
 
     queued = [_mask_to_params(m, keys) for m in seed_masks(layers)]
@@ -332,7 +488,7 @@ def search_skip_set(
             key = _mask_key(mask)
             cached = key in evaluations
             if not cached:
-                evaluations[key] = asdict(measure(model, prompts, SkipSet.from_mask(mask), settings))
+                evaluations[key] = asdict(evaluate(SkipSet.from_mask(mask)))
             target = evaluations[key]["tokens_per_second"]
             optimizer.register(params=params, target=target)
             best = max(target, max((h["target"] for h in history), default=target))
@@ -346,14 +502,18 @@ def search_skip_set(
     finally:
         bar.close()
 
-    # Re-time the best few masks, interleaved with the baseline, and pick by median.
+    # Re-time the best few masks, interleaved with the baseline, and pick by median. With the cost
+    # objective the prediction is deterministic, so the timings only check it (the winner stays the
+    # best predicted set), timed by this process's CPU time.
     ranked = sorted(evaluations.items(), key=lambda item: -item[1]["tokens_per_second"])[: max(1, retime_top)]
     runs: dict[str, list[Measurement]] = {key: [] for key, _ in ranked}
     baseline_runs: list[Measurement] = []
+    timing = settings if cost_model is None else settings.model_copy(update={"clock": "cpu"})
     for _ in range(max(1, retime_repeats)):
-        baseline_runs.append(measure(model, prompts, None, settings))
+        baseline_runs.append(measure(model, prompts, None, timing))
         for key, _ in ranked:
-            runs[key].append(measure(model, prompts, SkipSet.from_mask(tuple(int(c) for c in key)), settings))
+            runs[key].append(measure(model, prompts, SkipSet.from_mask(tuple(int(c) for c in key)), timing,
+                                     ranking=ranking))
     baseline = statistics.median(m.tokens_per_second for m in baseline_runs)
     retimed = []
     for key, first in ranked:
@@ -361,31 +521,49 @@ def search_skip_set(
         retimed.append({"mask": key, "skip": SkipSet.from_mask(tuple(int(c) for c in key)).model_dump(),
                         "search_tokens_per_second": first["tokens_per_second"],
                         "tokens_per_second_median": statistics.median(speeds), "tokens_per_second_runs": speeds,
+                        "speedup_median": statistics.median(m.tokens_per_second / b.tokens_per_second
+                                                            for m, b in zip(runs[key], baseline_runs)),
+                        "predicted_speedup": first.get("predicted_speedup", 0.0),
                         "wall_tokens_per_second_runs": [m.wall_tokens_per_second for m in runs[key]],
                         "cpu_tokens_per_second_runs": [m.cpu_tokens_per_second for m in runs[key]],
                         "tau": runs[key][-1].tau, "acceptance": runs[key][-1].acceptance})
-    retimed.sort(key=lambda r: -r["tokens_per_second_median"])
+    if cost_model is None:
+        retimed.sort(key=lambda r: -r["tokens_per_second_median"])
     cache["retimed"] = retimed
     cache["retimed_baseline_tokens_per_second"] = [m.tokens_per_second for m in baseline_runs]
     _save_cache(cache_file, cache)
 
     winner = retimed[0]
     skip = SkipSet.from_mask(tuple(int(c) for c in winner["mask"]))
+    # Draft vocabulary for the winner: the best of `sizes` by the objective on the calibration prompts.
+    vocab_results = {}
+    for size in sizes:
+        vocab_results[size] = asdict(evaluate(skip, settings.model_copy(update={"draft_vocab": size})))
+    best_vocab = max(sizes, key=lambda n: vocab_results[n]["tokens_per_second"]) if ranking else 0
+    cache["vocab_sweep"] = {str(n): r for n, r in vocab_results.items()}
+    _save_cache(cache_file, cache)
     result = SearchResult(skip=skip, tokens_per_second=winner["tokens_per_second_median"],
                           baseline_tokens_per_second=baseline,
-                          speedup=winner["tokens_per_second_median"] / baseline if baseline > 0 else 0.0,
-                          history=history, retimed=retimed)
+                          speedup=winner["speedup_median"],
+                          history=history, retimed=retimed, draft_vocab=best_vocab,
+                          predicted_speedup=winner["predicted_speedup"])
     if out_path is not None:
         metadata = {
             "found_by": "specdec search-layers (Bayesian optimisation of measured greedy tokens/s)",
             "iterations": len(history), "distinct_sets_timed": len(evaluations),
             "tokens_per_second": result.tokens_per_second, "baseline_tokens_per_second": baseline,
             "speedup": result.speedup, "tau": winner["tau"], "acceptance": winner["acceptance"],
+            "objective": settings.objective, "predicted_speedup": result.predicted_speedup,
+            "cost_model": cache.get("cost_model"),
+            "vocab_sweep": {str(n): {"objective_tokens_per_second": r["tokens_per_second"],
+                                     "predicted_speedup": r["predicted_speedup"], "tau": r["tau"],
+                                     "acceptance": r["acceptance"]} for n, r in vocab_results.items()},
             "settings": settings.model_dump(), "prompts": prompts_description or f"{len(prompts)} prompts",
             "prompts_digest": header["prompts_digest"], "machine": machine_info(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        result.out_path = save_skip_set(out_path, skip, model, metadata)
+        result.out_path = save_skip_set(out_path, skip, model, metadata, token_ranking=ranking,
+                                        draft_vocab=best_vocab)
     return result
 
 
@@ -416,6 +594,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="time the objective by elapsed time, or by this process's CPU time (steadier on a "
                              "shared machine; use with --threads 1)")
+    parser.add_argument("--objective", choices=["time", "cost"], default="time",
+                        help="time: tokens/s measured for every candidate (the paper); cost: deterministic counts "
+                             "priced by a CPU-time cost model measured once (far less noisy on a shared machine)")
+    parser.add_argument("--vocab-corpus", choices=["default"], default=None,
+                        help="rank tokens by frequency in the bundled default model's training corpus (for a "
+                             "reduced draft vocabulary)")
+    parser.add_argument("--vocab-files", nargs="*", default=[], metavar="FILE",
+                        help="rank tokens by frequency in these text files (training or calibration text)")
+    parser.add_argument("--draft-vocab", type=int, default=0,
+                        help="draft scores the N most frequent tokens during the search (0 = full vocabulary)")
+    parser.add_argument("--vocab-sizes", type=int, nargs="*", default=[],
+                        help="draft vocabularies tried for the winner (0 = full); the best on the calibration "
+                             "prompts is recorded as the file's default draft_vocab")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -439,14 +630,28 @@ def main(argv: list[str] | None = None) -> int:
     prompts = encode_prompts(texts[: args.num_prompts], tokenizer, args.prompt_tokens)
     out = Path(args.out)
     cache = Path(args.cache) if args.cache else out.with_suffix(".search.json")
-    settings = SearchSettings(max_new_tokens=args.max_new_tokens, max_draft=args.max_draft, clock=args.clock)
+    ranking = None
+    if args.vocab_corpus or args.vocab_files:
+        from .vocab import default_training_texts, ranking_from_texts
+
+        vocab_texts = default_training_texts() if args.vocab_corpus == "default" else []
+        vocab_texts += [Path(f).read_text(encoding="utf-8", errors="replace") for f in args.vocab_files]
+        ranking = ranking_from_texts(vocab_texts, tokenizer, int(model.get_output_embeddings().weight.shape[0]))
+        description += "; token ranking from " + (
+            "the default model's training corpus" if args.vocab_corpus else ", ".join(args.vocab_files))
+    settings = SearchSettings(max_new_tokens=args.max_new_tokens, max_draft=args.max_draft, clock=args.clock,
+                              objective=args.objective, draft_vocab=args.draft_vocab)
     result = search_skip_set(model, prompts, args.iterations, settings=settings, cache_path=cache, out_path=out,
                              init_points=args.init_points, retime_top=args.retime_top,
                              retime_repeats=args.retime_repeats, seed=args.seed, progress=not args.quiet,
-                             prompts_description=description,
+                             prompts_description=description, ranking=ranking,
+                             vocab_sizes=tuple(args.vocab_sizes),
                              time_budget=None if args.time_budget is None else 60 * args.time_budget)
     print(f"best skip set: {result.skip.describe()}")
     print(f"  {result.tokens_per_second:.1f} tok/s vs plain greedy {result.baseline_tokens_per_second:.1f} tok/s "
-          f"(speedup {result.speedup:.2f}x, re-timed median)")
+          f"(speedup {result.speedup:.2f}x, re-timed median"
+          + (f"; cost model predicted {result.predicted_speedup:.2f}x)" if args.objective == "cost" else ")"))
+    if ranking is not None:
+        print(f"  draft vocabulary: {result.draft_vocab or 'full'} (best on the calibration prompts)")
     print(f"  written to {result.out_path}; search cache {cache}")
     return 0

@@ -12,7 +12,7 @@ architecture could silently compute something that is not a skip.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ class Layout:
     attention_norm: str  # the norm whose only consumer is the attention block
     mlp_norm: str  # the norm whose only consumer is the MLP block
     attention_returns_tuple: bool = True  # transformers 5.x attention modules return (output, weights)
+    head: str = "lm_head"  # the output projection (a Linear without bias) on the CausalLM
     # transformers 5.x decoder layers take the hidden states first and return them as one tensor, so a
     # layer with both blocks skipped is replaced by a pass-through as a whole.
 
@@ -108,6 +109,15 @@ def _pass_through(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> tor
     return hidden_states
 
 
+def _reduced_head(weight: torch.Tensor) -> Any:
+    """An LM head over a subset of the vocabulary: logits [..., N] for the N rows of `weight`."""
+
+    def forward(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return torch.nn.functional.linear(hidden_states, weight)
+
+    return forward
+
+
 _MISSING = object()
 
 
@@ -118,7 +128,10 @@ class LayerSkipper:
     (including wrappers that accelerate's device hooks install), so nothing persists outside.
     """
 
-    def __init__(self, model: Any, attention: Iterable[int] = (), mlp: Iterable[int] = ()) -> None:
+    def __init__(self, model: Any, attention: Iterable[int] = (), mlp: Iterable[int] = (),
+                 head_tokens: Sequence[int] | None = None) -> None:
+        """`head_tokens`: compute logits only for these token ids (in this order) while inside, so the
+        model returns [..., len(head_tokens)] logits; None = the full vocabulary."""
         self.layout = layout_for(model)
         layers = _resolve(model, self.layout.layers)
         self.num_layers = len(layers)
@@ -145,6 +158,20 @@ class LayerSkipper:
                 layer = layers[index]
                 self._patches.append((getattr(layer, self.layout.mlp), _zero_mlp))
                 self._patches.append((getattr(layer, self.layout.mlp_norm), _pass_through))
+        self.head_tokens: torch.Tensor | None = None
+        if head_tokens is not None:
+            head = _resolve(model, self.layout.head)
+            if getattr(head, "bias", None) is not None:
+                raise UnsupportedModelError("a reduced draft vocabulary needs an LM head without bias")
+            ids = torch.as_tensor(list(head_tokens), dtype=torch.long)
+            vocab = head.weight.shape[0]
+            if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= vocab or ids.unique().numel() != ids.numel():
+                raise ValueError(f"head_tokens must be distinct token ids in 0..{vocab - 1}")
+            self.head_tokens = ids
+            # A contiguous copy of the kept rows (N x hidden): gathering them on every call would read
+            # as many bytes as the copy holds, every draft step.
+            rows = head.weight.detach().index_select(0, ids.to(head.weight.device)).contiguous()
+            self._patches.append((head, _reduced_head(rows)))
         self._saved: list[Any] | None = None
 
     @property

@@ -103,8 +103,13 @@ def model_fingerprint(model: Any) -> str:
     return fingerprint
 
 
-def save_skip_set(path: str | Path, skip: SkipSet, model: Any, metadata: dict | None = None) -> Path:
-    """Write a skip-set file for `model` (fingerprinted); `metadata` records how it was found."""
+def save_skip_set(path: str | Path, skip: SkipSet, model: Any, metadata: dict | None = None,
+                  token_ranking: list[int] | None = None, draft_vocab: int | None = None) -> Path:
+    """Write a skip-set file for `model` (fingerprinted); `metadata` records how it was found.
+
+    `token_ranking` (token ids, most frequent in training/calibration text first) and `draft_vocab`
+    (how many of them the draft should score, measured on calibration data) are the drafter's
+    reduced-vocabulary defaults for this model."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
@@ -116,7 +121,13 @@ def save_skip_set(path: str | Path, skip: SkipSet, model: Any, metadata: dict | 
         "mlp": list(skip.mlp),
         "metadata": metadata or {},
     }
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    if token_ranking is not None:
+        data["draft_vocab"] = int(draft_vocab or 0)
+        data["token_ranking"] = "@RANKING@"
+    text = json.dumps(data, indent=2)
+    if token_ranking is not None:  # one line, not one line per token id
+        text = text.replace('"@RANKING@"', json.dumps([int(t) for t in token_ranking]))
+    path.write_text(text + "\n")
     return path
 
 
