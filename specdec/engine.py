@@ -172,6 +172,8 @@ class SpeculativeEngine:
                         target.select_rows(torch.tensor(keep, dtype=torch.long))
         finally:
             stats.kv_cache_bytes = target.cache.peak_bytes
+            stats.kv_used_bytes = target.cache.peak_used_bytes
+            stats.kv_holes_added = target.holes_added
             stats.peak_memory_bytes = peak_memory_bytes(self.device)
             stats.kv_padding_slots = target.padding_slots()
             stats.kv_slots = int(target.write_start.sum())
@@ -224,13 +226,16 @@ class SpeculativeEngine:
             extra = None
             input_ids = tokens
         depths, visible = tree_layout(parents)
+        # Real inputs (the rest pad rows to the widest): packed verification computes only these.
+        valid = torch.cat([torch.ones(batch, 1, dtype=torch.bool)] + ([node_mask] if width else [])
+                          + ([extra_mask] if extra is not None else []), dim=1)
         stats.input_slots += parents.numel()
         stats.useful_input_slots += batch + int(draft.num_nodes.sum()) + (
             int(extra.num_slots.sum()) if extra is not None else 0)
         if extra is None:
-            logits = target.verify_forward(input_ids, depths, visible)
+            logits = target.verify_forward(input_ids, depths, visible, valid=valid)
         else:
-            logits = target.verify_forward(tokens, depths, visible, extra.embeds)
+            logits = target.verify_forward(tokens, depths, visible, extra.embeds, valid=valid)
         del input_ids
         t2 = time.perf_counter()
 

@@ -19,8 +19,15 @@ class _WritePlan:
         self.start = torch.zeros(0, dtype=torch.long)  # [B] first slot written per row
         self.uniform_start: int | None = 0  # set when every row starts at the same slot
         self.attend_len = 0
+        # Packed inputs (EMS-SD "unpad input"): token g of the packed [1, N] input goes to
+        # (packed_rows[g], packed_slots[g]); None for the usual [B, T] inputs.
+        self.packed_rows: torch.Tensor | None = None
+        self.packed_slots: torch.Tensor | None = None
         self.allocated = 0  # bytes held by all layers' buffers
         self.peak_bytes = 0
+        # Most (rows x slots) one forward read: what a cache sized exactly for this run must hold,
+        # independent of the preallocation policy (so padded holes show up as memory).
+        self.peak_row_slots = 0
 
     def note_allocation(self, delta: int) -> None:
         self.allocated += delta
@@ -64,7 +71,11 @@ class RaggedLayer(CacheLayerMixin):
         steps = key_states.shape[2]
         if plan.attend_len > self.keys.shape[2]:
             self._grow(plan.attend_len)
-        if plan.uniform_start is not None:
+        if plan.packed_rows is not None:  # key_states [1, H, N, D]: scatter each token to its row's slot
+            rows, slots = plan.packed_rows.to(self.device), plan.packed_slots.to(self.device)
+            self.keys[rows, :, slots] = key_states[0].transpose(0, 1)
+            self.values[rows, :, slots] = value_states[0].transpose(0, 1)
+        elif plan.uniform_start is not None:
             start = plan.uniform_start
             self.keys[:, :, start : start + steps] = key_states
             self.values[:, :, start : start + steps] = value_states
@@ -107,13 +118,21 @@ class RaggedKVCache(Cache):
         self.plan = _WritePlan()
         super().__init__(layers=[RaggedLayer(self.plan, capacity) for _ in range(num_layers)])
 
-    def set_plan(self, start: torch.Tensor, steps: int) -> None:
-        """Prepare the next forward: row b writes `steps` tokens from slot start[b]."""
+    def set_plan(self, start: torch.Tensor, steps: int, packed: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Prepare the next forward: row b writes `steps` tokens from slot start[b], or, with `packed`
+        = (rows [N], slots [N]), a packed [1, N] input writes token g at (rows[g], slots[g])."""
+        self.plan.packed_rows, self.plan.packed_slots = packed if packed is not None else (None, None)
         start = start.long()
         first = int(start[0]) if start.numel() else 0
         self.plan.start = start
         self.plan.uniform_start = first if bool((start == first).all()) else None
         self.plan.attend_len = (int(start.max()) if start.numel() else 0) + steps
+        self.plan.peak_row_slots = max(self.plan.peak_row_slots, start.numel() * self.plan.attend_len)
+
+    @property
+    def initialized(self) -> bool:
+        """The buffers exist (a first forward fixed their batch size)."""
+        return all(layer.is_initialized for layer in self.layers)
 
     def move(self, rows: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
         for layer in self.layers:
@@ -123,6 +142,14 @@ class RaggedKVCache(Cache):
     def peak_bytes(self) -> int:
         """Most bytes the buffers held at once (rows leaving the batch shrink them later)."""
         return self.plan.peak_bytes
+
+    @property
+    def peak_used_bytes(self) -> int:
+        """Bytes of the largest [rows, slots] region one forward read, over all layers: the memory a
+        cache allocated exactly (no slack) would need. Holes of the padded mode count; slack does not."""
+        per_slot = sum((layer.keys.shape[1] * layer.keys.shape[3] + layer.values.shape[1] * layer.values.shape[3])
+                       * layer.keys.element_size() for layer in self.layers if layer.is_initialized)
+        return self.plan.peak_row_slots * per_slot
 
     def select_rows(self, indices: torch.Tensor) -> None:
         self.plan.allocated = 0

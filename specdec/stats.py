@@ -25,6 +25,8 @@ class GenerationStats:
     kv_cache_bytes: int = 0  # peak bytes allocated for the target's KV cache
     kv_slots: int = 0  # cache slots in use at the end (rows still in the batch)
     kv_padding_slots: int = 0  # of which holes (padded batch mode only)
+    kv_holes_added: int = 0  # holes the padded mode added while decoding, all rows (EMS-SD: / new_tokens)
+    kv_used_bytes: int = 0  # the largest [rows, slots] KV region one forward read: the exact-size need
     input_slots: int = 0  # verification inputs computed (rows x padded width, summed over steps)
     useful_input_slots: int = 0  # of which real (root + nodes + extra slots)
     drafter_stats: dict[str, Any] = field(default_factory=dict)  # from Drafter.stats()

@@ -8,10 +8,69 @@ which transformers 5.x passes through unchanged to eager and SDPA attention.
 from __future__ import annotations
 
 import inspect
+import threading
+from dataclasses import dataclass
 
 import torch
 
 from .kv_cache import RaggedKVCache
+
+# -- packed verification inputs (EMS-SD "unpad input", Design B option b) -----------------------
+# Rows of a batch verify different numbers of tokens. Instead of padding every row to the widest,
+# the model gets the real tokens only, packed into one [1, N] row, so every projection, MLP and the
+# LM head run on N rows instead of B x T. Only attention needs the row structure: a registered
+# attention function re-pads the queries to [B, T] (a gather, cheap next to the GEMMs), runs SDPA
+# over the ragged cache with the usual 4-D mask, and packs the output again. Keys and values are
+# scattered into the cache by `RaggedLayer.update` from the plan's packed (row, slot) pairs.
+PACKED_ATTENTION = "specdec_packed"
+_PACKABLE_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})  # attention through AttentionInterface
+
+
+@dataclass
+class _Pack:
+    flat: torch.Tensor  # [N] index into the flattened [B * T] inputs of each real token
+    batch: int
+    steps: int
+
+
+_ACTIVE = threading.local()  # the pack of the forward running on this thread
+
+
+def _packed_attention(module, query, key, value, attention_mask, **kwargs):
+    """query [1, H, N, D] packed; key/value [B, Hkv, S, D] from the ragged cache; returns [1, N, H, D]."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    pack: _Pack = _ACTIVE.pack
+    _, heads, _, dim = query.shape
+    padded = query.new_zeros(pack.batch * pack.steps, heads, dim)
+    padded[pack.flat] = query[0].transpose(0, 1)
+    padded = padded.view(pack.batch, pack.steps, heads, dim).transpose(1, 2)
+    output, _ = sdpa_attention_forward(module, padded, key, value, attention_mask, **kwargs)  # [B, T, H, D]
+    return output.reshape(pack.batch * pack.steps, heads, dim)[pack.flat][None], None
+
+
+def _register_packed_attention() -> bool:
+    try:
+        from transformers import AttentionInterface
+    except ImportError:  # older transformers: padded inputs only
+        return False
+    AttentionInterface.register(PACKED_ATTENTION, _packed_attention)
+    return True
+
+
+_PACKED_AVAILABLE = _register_packed_attention()
+# Default for runners that are not told: the unpadded mode packs its verification inputs. Benchmarks
+# set this to False to measure the unpadded cache alone (EMS-SD's Table 2 ablation).
+PACKED_INPUTS_DEFAULT = True
+
+
+def supports_packed_inputs(model: torch.nn.Module) -> bool:
+    """Packed inputs need an attention module that dispatches through transformers' AttentionInterface
+    on SDPA and takes positions from `position_ids` (RoPE), which the Llama family does."""
+    config = model.config
+    return (_PACKED_AVAILABLE and getattr(config, "model_type", None) in _PACKABLE_MODEL_TYPES
+            and getattr(config, "_attn_implementation", None) == "sdpa"
+            and hasattr(config, "_attn_implementation_internal"))
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -42,7 +101,10 @@ class TargetRunner:
     masked out via `slot_valid`, and positions come from `lengths`, not slots.
     """
 
-    def __init__(self, model: torch.nn.Module, batch_size: int, capacity: int, padded: bool = False) -> None:
+    def __init__(self, model: torch.nn.Module, batch_size: int, capacity: int, padded: bool = False,
+                 packed_inputs: bool | None = None) -> None:
+        """`packed_inputs`: verify only the real tokens of each row, packed (None = in unpadded mode when
+        the model supports it; the padded mode is the vanilla method and always pads its inputs)."""
         self.model = model
         self.device = model_device(model)
         self.dtype = model_dtype(model)
@@ -56,8 +118,14 @@ class TargetRunner:
             torch.zeros(batch_size, capacity, dtype=torch.bool, device=self.device) if padded else None
         )
         self.window = getattr(model.config, "sliding_window", None) or None
+        # Holes the padded mode added while decoding, summed over every row (rows that left the batch
+        # too): EMS-SD's padding ratio is this over the generated tokens.
+        self.holes_added = 0
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.embed = model.get_input_embeddings()
+        if packed_inputs is None:
+            packed_inputs = PACKED_INPUTS_DEFAULT
+        self.packed_inputs = bool(packed_inputs) and not padded and supports_packed_inputs(model)
 
     def _valid_slots(self, length: int) -> torch.Tensor:
         """slot_valid widened to at least `length` slots (padded mode only)."""
@@ -110,24 +178,58 @@ class TargetRunner:
         inputs_embeds: torch.Tensor | None = None,
         last_logits_only: bool = False,
         plain_causal: bool = False,
+        valid: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`plain_causal`: every row starts at slot 0 and is causal, so let the model build its own
-        causal mask (SDPA then takes its is_causal fast path instead of a dense additive mask)."""
-        steps = positions.shape[1]
-        self.cache.set_plan(start, steps)
+        causal mask (SDPA then takes its is_causal fast path instead of a dense additive mask).
+        `valid` [B, T]: which inputs are real; with packed inputs only those are computed, and the
+        logits of the others come back as zeros."""
+        batch, steps = positions.shape
+        pack = self._pack(valid, batch, steps)
         kwargs = {}
         if last_logits_only and self._accepts_logits_to_keep:
             kwargs["logits_to_keep"] = 1
-        output = self.model(
-            input_ids=None if input_ids is None else input_ids.to(self.device),
-            inputs_embeds=inputs_embeds,
-            attention_mask=None if plain_causal else self._mask(start, positions, visible),
-            position_ids=positions.to(self.device),
-            past_key_values=self.cache,
-            use_cache=True,
-            **kwargs,
-        )
-        return output.logits
+        mask = None if plain_causal else self._mask(start, positions, visible)
+        if pack is None:
+            self.cache.set_plan(start, steps)
+            return self.model(
+                input_ids=None if input_ids is None else input_ids.to(self.device),
+                inputs_embeds=inputs_embeds, attention_mask=mask, position_ids=positions.to(self.device),
+                past_key_values=self.cache, use_cache=True, **kwargs,
+            ).logits
+        flat = pack.flat.cpu()
+        self.cache.set_plan(start, steps, packed=(flat // steps, start[flat // steps] + flat % steps))
+        if input_ids is not None:
+            input_ids = input_ids.reshape(-1)[flat][None].to(self.device)
+        if inputs_embeds is not None:
+            inputs_embeds = inputs_embeds.reshape(batch * steps, -1)[pack.flat][None]
+        config = self.model.config
+        previous = config._attn_implementation_internal
+        config._attn_implementation_internal = PACKED_ATTENTION
+        _ACTIVE.pack = pack
+        try:
+            packed_logits = self.model(
+                input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=mask,
+                position_ids=positions.reshape(-1)[flat][None].to(self.device),
+                past_key_values=self.cache, use_cache=True, **kwargs,
+            ).logits
+        finally:
+            config._attn_implementation_internal = previous
+            _ACTIVE.pack = None
+            self.cache.set_plan(start, steps)
+        logits = packed_logits.new_zeros(batch * steps, packed_logits.shape[-1])
+        logits[pack.flat] = packed_logits[0]
+        return logits.view(batch, steps, -1)
+
+    def _pack(self, valid: torch.Tensor | None, batch: int, steps: int) -> _Pack | None:
+        """A packing of the real inputs, when packing is on and saves any row of compute."""
+        if valid is None or not self.packed_inputs or batch == 1 or not self.cache.initialized:
+            return None
+        valid = valid.cpu()
+        if bool(valid.all()):
+            return None
+        flat = valid.reshape(-1).nonzero().squeeze(1)
+        return _Pack(flat.to(self.device), batch, steps)
 
     @torch.no_grad()
     def prefill(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> None:
@@ -155,16 +257,21 @@ class TargetRunner:
         depths: torch.Tensor,
         visible: torch.Tensor,
         extra_embeds: torch.Tensor | None = None,
+        valid: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Run [root, nodes..., extras...] at positions lengths + depth with the tree mask; returns
-        logits [B, T, V]. Extra embeddings (if any) replace the last E inputs."""
+        logits [B, T, V]. Extra embeddings (if any) replace the last E inputs. `valid` [B, T] marks
+        the real inputs (the rest pad rows to the widest): with packed inputs the padding is not
+        computed and its logits are zeros."""
         positions = self.lengths[:, None] + depths.cpu()
         plain = self._is_plain_chain(visible)
         if extra_embeds is None:
-            return self._run(self.write_start, positions, visible, input_ids=input_ids, plain_causal=plain)
+            return self._run(self.write_start, positions, visible, input_ids=input_ids, plain_causal=plain,
+                             valid=valid)
         token_embeds = self.embed(input_ids.to(self.device))
         embeds = torch.cat([token_embeds, extra_embeds.to(self.device, token_embeds.dtype)], dim=1)
-        return self._run(self.write_start, positions, visible, inputs_embeds=embeds, plain_causal=plain)
+        return self._run(self.write_start, positions, visible, inputs_embeds=embeds, plain_causal=plain,
+                         valid=valid)
 
     def _is_plain_chain(self, visible: torch.Tensor) -> bool:
         """One unpadded row whose new tokens form a chain: the model's own causal mask over our cache
@@ -204,6 +311,7 @@ class TargetRunner:
             self.write_start = self.lengths.clone()
         else:  # vanilla: mark the kept slots, then every row jumps past the largest acceptance
             end = self.write_start + 1 + keep_count
+            self.holes_added += int((end.max() - end).sum())
             valid = self._valid_slots(int(end.max()))
             slot = torch.arange(valid.shape[1], device=self.device)[None, :]
             valid |= (slot >= self.write_start.to(self.device)[:, None]) & (slot < end.to(self.device)[:, None])

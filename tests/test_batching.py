@@ -85,3 +85,62 @@ def test_every_registered_drafter_is_batch_safe() -> None:
                                    max_new_tokens=NEW_TOKENS, batch_mode=mode)
             for prompt, sequence in zip(prompts, out.sequences):
                 assert sequence == list(_alone(tuple(prompt))), (name, mode)
+
+
+@pytest.mark.parametrize("kind", ["random", "anpd"])
+def test_packed_inputs_are_used_and_token_identical(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unpadded mode packs the rows' real verification inputs (no padding to the widest row) through
+    the registered attention function; outputs equal both the padded-input run and each prompt alone."""
+    from transformers import AttentionInterface
+
+    import specdec.target as target_module
+
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return target_module._packed_attention(*args, **kwargs)
+
+    AttentionInterface.register(target_module.PACKED_ATTENTION, spy)
+    try:
+        prompts = _prompts(5)
+        packed = specdec.generate(_model(), prompts, drafter=_drafter(kind, prompts), verifier="exact",
+                                  max_new_tokens=NEW_TOKENS)
+        assert calls, "packed verification never ran"
+        monkeypatch.setattr(target_module, "PACKED_INPUTS_DEFAULT", False)
+        calls.clear()
+        plain = specdec.generate(_model(), prompts, drafter=_drafter(kind, prompts), verifier="exact",
+                                 max_new_tokens=NEW_TOKENS)
+        assert not calls
+    finally:
+        AttentionInterface.register(target_module.PACKED_ATTENTION, target_module._packed_attention)
+    assert packed.sequences == plain.sequences
+    assert packed.stats.input_padding_ratio == plain.stats.input_padding_ratio > 0
+    for prompt, sequence in zip(prompts, packed.sequences):
+        assert sequence == list(_alone(tuple(prompt)))
+
+
+def test_padded_mode_pays_in_memory_and_holes() -> None:
+    """EMS-SD's claims as measured quantities: the padded mode adds holes while decoding (its padding
+    ratio), so its exact-size KV need is at least the unpadded cache's."""
+    prompts = _prompts(4)
+    drafter = OracleDrafter({row: list(_alone(tuple(p)))[: 2 + 3 * row] for row, p in enumerate(prompts)}, k=4)
+    stats = {mode: specdec.generate(_model(), prompts, drafter=drafter, verifier="exact", max_new_tokens=NEW_TOKENS,
+                                    batch_mode=mode).stats for mode in ("unpadded", "padded")}
+    assert stats["unpadded"].kv_holes_added == 0 < stats["padded"].kv_holes_added
+    assert 0 < stats["unpadded"].kv_used_bytes <= stats["padded"].kv_used_bytes
+
+
+@pytest.mark.parametrize("arch, overrides", [("qwen2", {}), ("mistral", {})])
+def test_packed_inputs_other_families(arch: str, overrides: dict) -> None:
+    """Packing covers the Llama family: Qwen2 and Mistral (GQA) stay token-identical."""
+    import specdec.target as target_module
+
+    model = tiny_model(arch, seed=5, **overrides)
+    assert target_module.supports_packed_inputs(model)
+    prompts = _prompts(4)
+    out = specdec.generate(model, prompts, drafter=RandomTreeDrafter(VOCAB, seed=3, max_nodes=6), verifier="exact",
+                           max_new_tokens=NEW_TOKENS)
+    assert out.stats.input_padding_ratio > 0
+    for prompt, sequence in zip(prompts, out.sequences):
+        assert sequence == hf_greedy(model, prompt, NEW_TOKENS)
