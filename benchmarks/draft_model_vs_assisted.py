@@ -115,7 +115,7 @@ def build_methods(draft, k: int, tree_k: int, branches: int) -> dict[str, dict]:
         "specdec_default": {"kind": "specdec", "options": {"model": draft}},
         "specdec_fixed": {"kind": "specdec", "options": {"model": draft, "k": k}},
         "specdec_heuristic": {"kind": "specdec", "options": {"model": draft, "k": k, "schedule": "heuristic"}},
-        "specdec_confidence": {"kind": "specdec", "options": {"model": draft, "k": 2 * k, "schedule": "confidence",
+        "specdec_confidence": {"kind": "specdec", "options": {"model": draft, "k": 12, "schedule": "confidence",
                                                               "confidence_threshold": 0.4,
                                                               "adaptive_threshold": True,
                                                               "target_acceptance": 0.8}},
