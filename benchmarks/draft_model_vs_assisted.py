@@ -263,6 +263,7 @@ TUNE_POLICIES: dict[str, dict[str, Any]] = {
     "heuristic k=3": {"k": 3, "schedule": "heuristic"},
     "heuristic k=4": {"k": 4, "schedule": "heuristic"},
     "heuristic k=3, k_max=24": {"k": 3, "schedule": "heuristic", "k_max": 24},
+    "heuristic k=3, min_k=0": {"k": 3, "schedule": "heuristic", "min_k": 0},
     "confidence k=12, gamma 0.1": {"k": 12, "schedule": "confidence", "confidence_threshold": 0.1},
     "confidence k=12, gamma 0.4, adaptive": {"k": 12, "schedule": "confidence", "confidence_threshold": 0.4,
                                              "adaptive_threshold": True, "target_acceptance": 0.8},
@@ -296,7 +297,8 @@ def tune_policies(args, target, draft, tokenizer, counter: ForwardCounter) -> di
     texts = tune_texts(args.tune_file, args.tune_prompts, 600)
     specs = {"hf_greedy": {"kind": "hf", "assisted": None},
              "hf_assisted": {"kind": "hf", "assisted": {}}}
-    specs |= {name: {"kind": "specdec", "options": {"model": draft, **options}} for name, options in TUNE_POLICIES.items()}
+    policies = {name: options for name, options in TUNE_POLICIES.items() if not args.policies or name in args.policies}
+    specs |= {name: {"kind": "specdec", "options": {"model": draft, **options}} for name, options in policies.items()}
     warm = tokenizer("def f(x):\n    return")["input_ids"]
     for spec in specs.values():
         run_method("warm-up", spec, target, draft, tokenizer, warm, 8, counter)
@@ -319,8 +321,8 @@ def tune_policies(args, target, draft, tokenizer, counter: ForwardCounter) -> di
             f"{n}={best[n][0] / best[n][2]:.0f}" for n in names), file=sys.stderr)
     table = {name: {group: {"tokens_per_s": t / w, "tokens_per_cpu_s": t / c} for group, (t, w, c) in groups.items()}
              for name, groups in per.items()}
-    ranking = sorted((n for n in TUNE_POLICIES), key=lambda n: -table[n]["all"]["tokens_per_cpu_s"])
-    return {"texts": [kind for kind, _ in texts], "repeats": args.repeats, "policies": TUNE_POLICIES,
+    ranking = sorted((n for n in policies), key=lambda n: -table[n]["all"]["tokens_per_cpu_s"])
+    return {"texts": [kind for kind, _ in texts], "repeats": args.repeats, "policies": policies,
             "tokens_per_s": table, "ranking_by_cpu": ranking}
 
 
@@ -372,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare specdec draft-length policies on held-out text instead (see module doc)")
     parser.add_argument("--tune-file", type=Path, default=DATA / "gsm8k" / "train.jsonl")
     parser.add_argument("--tune-prompts", type=int, default=4, help="texts per kind (GSM8K train, stdlib code)")
+    parser.add_argument("--policies", nargs="*", help="with --tune: subset of the candidate policies (names)")
     parser.add_argument("--methods", nargs="*", help="subset of methods to run (hf_greedy always runs)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadiest on a shared CPU)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "draft_model")

@@ -51,6 +51,10 @@ class DraftModelOptions(BaseModel):
         "heuristic", description="constant: always k; heuristic: +2 if all accepted else -1 (transformers); "
                                 "confidence: up to k, stop when the draft's top probability < threshold")
     k_max: int | None = Field(None, ge=1, le=256, description="ceiling of the heuristic schedule (default 4k)")
+    min_k: int = Field(1, ge=0, le=1, description="floor of the heuristic schedule: 1 (transformers) or 0 = rows "
+                                                  "whose drafts keep failing decode plainly and probe every "
+                                                  "probe_after steps")
+    probe_after: int = Field(4, ge=1, le=64, description="plain steps before a min_k=0 row drafts 1 token again")
     confidence_threshold: float = Field(0.4, ge=0.0, le=1.0, description="gamma of the confidence exit")
     adaptive_threshold: bool = Field(False, description="update gamma online (Draft & Verify)")
     target_acceptance: float = Field(0.9, gt=0.0, le=1.0, description="alpha of the adaptive update")
@@ -169,7 +173,7 @@ class DraftModelDrafter(Drafter):
                                    f"{opts.branches}, branch_depth={opts.branch_depth} has {nodes} nodes, more than "
                                    f"max_draft_nodes={context.max_draft_nodes}")
         self.depth_cap = min(depth_cap, context.max_draft_nodes)
-        self.heuristic = HeuristicLength(opts.k, self.depth_cap)
+        self.heuristic = HeuristicLength(opts.k, self.depth_cap, opts.min_k, opts.probe_after)
         self.confidence.reset_rate()
 
         prompts = context.prompts
@@ -382,9 +386,12 @@ class DraftModelDrafter(Drafter):
                 extra_logits: torch.Tensor | None) -> None:
         self._advance_cache(verdict, committed)
         opts: DraftModelOptions = self.options
-        if opts.schedule == "constant" or draft.width == 0:
+        if opts.schedule == "constant" or (draft.width == 0 and opts.schedule != "heuristic"):
             return
-        drafted = node_depths(draft.parents, draft.node_mask()).max(dim=1).values.tolist()
+        if draft.width == 0:
+            drafted = [0] * state.batch_size
+        else:
+            drafted = node_depths(draft.parents, draft.node_mask()).max(dim=1).values.tolist()
         accepted = verdict.num_accepted.tolist()
         for row, depth, kept in zip(state.row_ids, drafted, accepted):
             if opts.schedule == "heuristic":

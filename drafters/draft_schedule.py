@@ -1,8 +1,9 @@
 """How long the next draft may be: a fixed K, transformers' heuristic, or a confidence exit.
 
 The heuristic (transformers' `num_assistant_tokens_schedule="heuristic"`): +2 after a round in
-which every drafted token was accepted, otherwise -1 (never below 1); kept per row here, since
-rows of a batch accept at different rates.
+which every drafted token was accepted, otherwise -1 (never below 1, or below 0 with
+`min_k=0`, where a row then decodes plainly and probes with a 1-token draft every few steps);
+kept per row here, since rows of a batch accept at different rates.
 
 The confidence exit (Draft & Verify, also transformers' `assistant_confidence_threshold`): stop
 drafting a row once the draft's top probability (softmax of its raw logits) falls below a
@@ -23,21 +24,31 @@ from __future__ import annotations
 
 
 class HeuristicLength:
-    """Per-row draft length: +2 when a round was fully accepted, else -1 (floor 1, ceiling `ceiling`)."""
+    """Per-row draft length: +2 when a round was fully accepted, else -1 (floor `floor`, ceiling
+    `ceiling`). With floor 0 a row whose 1-token drafts keep failing decodes plainly (no draft
+    forward, the cheapest step when the draft disagrees) and probes again with a 1-token draft
+    after `probe_after` plain steps."""
 
-    def __init__(self, initial: int, ceiling: int) -> None:
+    def __init__(self, initial: int, ceiling: int, floor: int = 1, probe_after: int = 4) -> None:
         self.initial = initial
         self.ceiling = max(1, ceiling)
+        self.floor = max(0, min(floor, self.ceiling))
+        self.probe_after = max(1, probe_after)
         self.lengths: dict[int, int] = {}
+        self.idle: dict[int, int] = {}
 
     def length(self, row: int) -> int:
         return min(self.lengths.get(row, self.initial), self.ceiling)
 
     def update(self, row: int, drafted: int, accepted: int) -> None:
-        if drafted == 0:
-            return
         current = self.length(row)
-        self.lengths[row] = min(current + 2, self.ceiling) if accepted >= drafted else max(1, current - 1)
+        if drafted == 0:
+            if current == 0:  # a plain step: count it, and probe again after enough of them
+                self.idle[row] = self.idle.get(row, 0) + 1
+                if self.idle[row] >= self.probe_after:
+                    self.lengths[row], self.idle[row] = 1, 0
+            return
+        self.lengths[row] = min(current + 2, self.ceiling) if accepted >= drafted else max(self.floor, current - 1)
 
 
 class ConfidenceExit:

@@ -284,3 +284,16 @@ def test_default_policy_is_the_tuned_heuristic():
     """The default is the policy measured best on held-out text (benchmarks/results/draft_model)."""
     options = DraftModelDrafter.Options()
     assert (options.schedule, options.k) == ("heuristic", 3)
+
+
+def test_heuristic_floor_zero_decodes_plainly_then_probes(target, expected):
+    schedule = HeuristicLength(initial=1, ceiling=6, floor=0, probe_after=2)
+    schedule.update(0, drafted=1, accepted=0)
+    assert schedule.length(0) == 0
+    schedule.update(0, drafted=0, accepted=0)
+    assert schedule.length(0) == 0
+    schedule.update(0, drafted=0, accepted=0)
+    assert schedule.length(0) == 1  # probe
+    out = _run(target, PROMPTS, model=tiny_model("llama", seed=3), k=1, min_k=0, probe_after=2)
+    assert out.sequences == expected
+    assert out.stats.drafted_tokens < NEW * len(PROMPTS)  # some steps drafted nothing
