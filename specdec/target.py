@@ -15,46 +15,69 @@ import torch
 
 from .kv_cache import RaggedKVCache
 
-# -- packed verification inputs (EMS-SD "unpad input", Design B option b) -----------------------
-# Rows of a batch verify different numbers of tokens. Instead of padding every row to the widest,
-# the model gets the real tokens only, packed into one [1, N] row, so every projection, MLP and the
-# LM head run on N rows instead of B x T. Only attention needs the row structure: a registered
-# attention function re-pads the queries to [B, T] (a gather, cheap next to the GEMMs), runs SDPA
-# over the ragged cache with the usual 4-D mask, and packs the output again. Keys and values are
+# -- packed inputs and per-row attention (EMS-SD "unpad input" and "unpad KV", Design B) ---------
+# Rows of a batch verify different numbers of tokens and have different cache lengths.
+# Packed inputs: instead of padding every row to the widest, the model gets the real tokens only,
+# packed into one [1, N] row, so every projection, MLP and the LM head run on N rows instead of B x T.
+# Only attention needs the row structure, so a registered attention function handles it: either
+# dense (re-pad the queries to [B, T], one SDPA over the ragged cache with the 4-D mask, pack again),
+# or per row (one SDPA per row over that row's own slots only), chosen once per forward when the rows'
+# cache lengths differ enough that the dense call would mostly attend to masked-out slots (on a CPU
+# SDPA's cost follows the slots it reads, masked or not). Keys and values of packed tokens are
 # scattered into the cache by `RaggedLayer.update` from the plan's packed (row, slot) pairs.
-PACKED_ATTENTION = "specdec_packed"
+RAGGED_ATTENTION = "specdec_ragged"
 _PACKABLE_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})  # attention through AttentionInterface
+# Per-row attention pays when the dense call would read this many masked-out slots per row on average
+# (one SDPA call costs about as much as reading ~50-100 slots on the project's CPU; see the batching
+# results README).
+ROW_ATTENTION_MIN_WASTE = 64
 
 
 @dataclass
-class _Pack:
-    flat: torch.Tensor  # [N] index into the flattened [B * T] inputs of each real token
+class _Layout:
+    """How the current forward's queries map to rows; read by `_ragged_attention` in every layer."""
+
     batch: int
     steps: int
+    flat: torch.Tensor | None  # packed: [N] index into the flattened [B * T] inputs; None: [B, T] inputs
+    rows: list[tuple[slice, torch.Tensor, int]] | None  # per row: (queries, mask [1, 1, Tb, Sb], Sb); None: dense
 
 
-_ACTIVE = threading.local()  # the pack of the forward running on this thread
+_ACTIVE = threading.local()  # the layout of the forward running on this thread
 
 
-def _packed_attention(module, query, key, value, attention_mask, **kwargs):
-    """query [1, H, N, D] packed; key/value [B, Hkv, S, D] from the ragged cache; returns [1, N, H, D]."""
+def _ragged_attention(module, query, key, value, attention_mask, **kwargs):
+    """query [1, H, N, D] (packed) or [B, H, T, D]; key/value [B, Hkv, S, D] from the ragged cache.
+    Returns [1, N, H, D] or [B, T, H, D] as transformers' attention functions do."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    pack: _Pack = _ACTIVE.pack
+    layout: _Layout = _ACTIVE.layout
+    if layout.rows is not None:
+        gqa = key.shape[1] != query.shape[1]
+        scale = kwargs.get("scaling")
+        parts = []
+        for row, (queries, mask, kv_len) in enumerate(layout.rows):
+            row_query = query[:, :, queries] if layout.flat is not None else query[row : row + 1]
+            parts.append(torch.nn.functional.scaled_dot_product_attention(
+                row_query, key[row : row + 1, :, :kv_len], value[row : row + 1, :, :kv_len], attn_mask=mask,
+                scale=scale, enable_gqa=gqa))
+        return torch.cat(parts, dim=2 if layout.flat is not None else 0).transpose(1, 2), None
+    if layout.flat is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     _, heads, _, dim = query.shape
-    padded = query.new_zeros(pack.batch * pack.steps, heads, dim)
-    padded[pack.flat] = query[0].transpose(0, 1)
-    padded = padded.view(pack.batch, pack.steps, heads, dim).transpose(1, 2)
+    padded = query.new_zeros(layout.batch * layout.steps, heads, dim)
+    padded[layout.flat] = query[0].transpose(0, 1)
+    padded = padded.view(layout.batch, layout.steps, heads, dim).transpose(1, 2)
     output, _ = sdpa_attention_forward(module, padded, key, value, attention_mask, **kwargs)  # [B, T, H, D]
-    return output.reshape(pack.batch * pack.steps, heads, dim)[pack.flat][None], None
+    return output.reshape(layout.batch * layout.steps, heads, dim)[layout.flat][None], None
 
 
 def _register_packed_attention() -> bool:
     try:
         from transformers import AttentionInterface
-    except ImportError:  # older transformers: padded inputs only
+    except ImportError:  # older transformers: padded inputs and dense attention only
         return False
-    AttentionInterface.register(PACKED_ATTENTION, _packed_attention)
+    AttentionInterface.register(RAGGED_ATTENTION, _ragged_attention)
     return True
 
 
@@ -125,7 +148,9 @@ class TargetRunner:
         self.embed = model.get_input_embeddings()
         if packed_inputs is None:
             packed_inputs = PACKED_INPUTS_DEFAULT
-        self.packed_inputs = bool(packed_inputs) and not padded and supports_packed_inputs(model)
+        # The vanilla padded mode keeps transformers' own attention: one shared write pointer, dense.
+        self.ragged_attention = not padded and supports_packed_inputs(model)
+        self.packed_inputs = bool(packed_inputs) and self.ragged_attention
 
     def _valid_slots(self, length: int) -> torch.Tensor:
         """slot_valid widened to at least `length` slots (padded mode only)."""
@@ -185,51 +210,81 @@ class TargetRunner:
         `valid` [B, T]: which inputs are real; with packed inputs only those are computed, and the
         logits of the others come back as zeros."""
         batch, steps = positions.shape
-        pack = self._pack(valid, batch, steps)
         kwargs = {}
         if last_logits_only and self._accepts_logits_to_keep:
             kwargs["logits_to_keep"] = 1
         mask = None if plain_causal else self._mask(start, positions, visible)
-        if pack is None:
+        layout = self._layout(start, valid, batch, steps, mask)
+        if layout is None:
             self.cache.set_plan(start, steps)
             return self.model(
                 input_ids=None if input_ids is None else input_ids.to(self.device),
                 inputs_embeds=inputs_embeds, attention_mask=mask, position_ids=positions.to(self.device),
                 past_key_values=self.cache, use_cache=True, **kwargs,
             ).logits
-        flat = pack.flat.cpu()
-        self.cache.set_plan(start, steps, packed=(flat // steps, start[flat // steps] + flat % steps))
-        if input_ids is not None:
-            input_ids = input_ids.reshape(-1)[flat][None].to(self.device)
-        if inputs_embeds is not None:
-            inputs_embeds = inputs_embeds.reshape(batch * steps, -1)[pack.flat][None]
+        position_ids = positions
+        if layout.flat is None:
+            self.cache.set_plan(start, steps)
+        else:
+            flat = layout.flat.cpu()
+            self.cache.set_plan(start, steps, packed=(flat // steps, start[flat // steps] + flat % steps))
+            position_ids = positions.reshape(-1)[flat][None]
+            if input_ids is not None:
+                input_ids = input_ids.reshape(-1)[flat][None]
+            if inputs_embeds is not None:
+                inputs_embeds = inputs_embeds.reshape(batch * steps, -1)[layout.flat][None]
         config = self.model.config
         previous = config._attn_implementation_internal
-        config._attn_implementation_internal = PACKED_ATTENTION
-        _ACTIVE.pack = pack
+        config._attn_implementation_internal = RAGGED_ATTENTION
+        _ACTIVE.layout = layout
         try:
-            packed_logits = self.model(
-                input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=mask,
-                position_ids=positions.reshape(-1)[flat][None].to(self.device),
-                past_key_values=self.cache, use_cache=True, **kwargs,
+            logits = self.model(
+                input_ids=None if input_ids is None else input_ids.to(self.device), inputs_embeds=inputs_embeds,
+                attention_mask=mask, position_ids=position_ids.to(self.device), past_key_values=self.cache,
+                use_cache=True, **kwargs,
             ).logits
         finally:
             config._attn_implementation_internal = previous
-            _ACTIVE.pack = None
+            _ACTIVE.layout = None
             self.cache.set_plan(start, steps)
-        logits = packed_logits.new_zeros(batch * steps, packed_logits.shape[-1])
-        logits[pack.flat] = packed_logits[0]
-        return logits.view(batch, steps, -1)
+        if layout.flat is None:
+            return logits
+        unpacked = logits.new_zeros(batch * steps, logits.shape[-1])
+        unpacked[layout.flat] = logits[0]
+        return unpacked.view(batch, steps, -1)
 
-    def _pack(self, valid: torch.Tensor | None, batch: int, steps: int) -> _Pack | None:
-        """A packing of the real inputs, when packing is on and saves any row of compute."""
-        if valid is None or not self.packed_inputs or batch == 1 or not self.cache.initialized:
+    def _layout(self, start: torch.Tensor, valid: torch.Tensor | None, batch: int, steps: int,
+                mask: torch.Tensor | None) -> _Layout | None:
+        """Packing and per-row attention for this forward, or None for transformers' plain path
+        (batch 1, the padded mode, prefill, or nothing to save)."""
+        if not self.ragged_attention or batch == 1 or mask is None or not self.cache.initialized:
             return None
-        valid = valid.cpu()
-        if bool(valid.all()):
+        flat = None
+        if valid is not None and self.packed_inputs:
+            valid = valid.cpu()
+            if not bool(valid.all()):
+                flat = valid.reshape(-1).nonzero().squeeze(1)
+        if flat is None:
+            kv_lens = start + steps
+        else:  # a row reads up to its last real input; the padding after it is never written
+            last = torch.where(valid, torch.arange(steps)[None, :], -1).max(dim=1).values
+            kv_lens = start + last + 1
+        waste = batch * (int(start.max()) + steps) - int(kv_lens.sum())
+        rows = None
+        if waste > ROW_ATTENTION_MIN_WASTE * batch:
+            rows, first = [], 0
+            for row in range(batch):
+                kv_len = int(kv_lens[row])
+                if flat is None:
+                    rows.append((slice(None), mask[row : row + 1, :, :, :kv_len], kv_len))
+                else:
+                    inputs = valid[row].nonzero().squeeze(1)
+                    row_mask = mask[row : row + 1, :, inputs.to(self.device), :kv_len]
+                    rows.append((slice(first, first + len(inputs)), row_mask, kv_len))
+                    first += len(inputs)
+        if flat is None and rows is None:
             return None
-        flat = valid.reshape(-1).nonzero().squeeze(1)
-        return _Pack(flat.to(self.device), batch, steps)
+        return _Layout(batch, steps, None if flat is None else flat.to(self.device), rows)
 
     @torch.no_grad()
     def prefill(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> None:

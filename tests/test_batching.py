@@ -87,36 +87,59 @@ def test_every_registered_drafter_is_batch_safe() -> None:
                 assert sequence == list(_alone(tuple(prompt))), (name, mode)
 
 
-@pytest.mark.parametrize("kind", ["random", "anpd"])
-def test_packed_inputs_are_used_and_token_identical(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unpadded mode packs the rows' real verification inputs (no padding to the widest row) through
-    the registered attention function; outputs equal both the padded-input run and each prompt alone."""
+@pytest.fixture
+def layouts():
+    """Record the layout (packed?, per-row?) of every call of specdec's ragged attention function."""
     from transformers import AttentionInterface
 
     import specdec.target as target_module
 
-    calls = []
+    seen = []
 
     def spy(*args, **kwargs):
-        calls.append(1)
-        return target_module._packed_attention(*args, **kwargs)
+        layout = target_module._ACTIVE.layout
+        seen.append((layout.flat is not None, layout.rows is not None))
+        return target_module._ragged_attention(*args, **kwargs)
 
-    AttentionInterface.register(target_module.PACKED_ATTENTION, spy)
-    try:
-        prompts = _prompts(5)
-        packed = specdec.generate(_model(), prompts, drafter=_drafter(kind, prompts), verifier="exact",
-                                  max_new_tokens=NEW_TOKENS)
-        assert calls, "packed verification never ran"
-        monkeypatch.setattr(target_module, "PACKED_INPUTS_DEFAULT", False)
-        calls.clear()
-        plain = specdec.generate(_model(), prompts, drafter=_drafter(kind, prompts), verifier="exact",
-                                 max_new_tokens=NEW_TOKENS)
-        assert not calls
-    finally:
-        AttentionInterface.register(target_module.PACKED_ATTENTION, target_module._packed_attention)
+    AttentionInterface.register(target_module.RAGGED_ATTENTION, spy)
+    yield seen
+    AttentionInterface.register(target_module.RAGGED_ATTENTION, target_module._ragged_attention)
+
+
+@pytest.mark.parametrize("per_row", [False, True])
+@pytest.mark.parametrize("kind", ["random", "anpd"])
+def test_packed_inputs_are_used_and_token_identical(kind: str, per_row: bool, layouts: list,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unpadded mode packs the rows' real verification inputs (no padding to the widest row) through
+    the registered attention function, with dense or per-row attention; outputs equal both the
+    padded-input run and each prompt alone."""
+    import specdec.target as target_module
+
+    monkeypatch.setattr(target_module, "ROW_ATTENTION_MIN_WASTE", -1 if per_row else 10**9)
+    prompts = _prompts(5)
+    packed = specdec.generate(_model(), prompts, drafter=_drafter(kind, prompts), verifier="exact",
+                              max_new_tokens=NEW_TOKENS)
+    assert (True, per_row) in layouts, "packed verification never ran"
+    monkeypatch.setattr(target_module, "PACKED_INPUTS_DEFAULT", False)
+    layouts.clear()
+    plain = specdec.generate(_model(), prompts, drafter=_drafter(kind, prompts), verifier="exact",
+                             max_new_tokens=NEW_TOKENS)
+    assert not any(is_packed for is_packed, _ in layouts)
     assert packed.sequences == plain.sequences
     assert packed.stats.input_padding_ratio == plain.stats.input_padding_ratio > 0
     for prompt, sequence in zip(prompts, packed.sequences):
+        assert sequence == list(_alone(tuple(prompt)))
+
+
+def test_per_row_attention_for_plain_decoding(layouts: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of very different cache lengths attend one SDPA call each over their own slots only."""
+    import specdec.target as target_module
+
+    monkeypatch.setattr(target_module, "ROW_ATTENTION_MIN_WASTE", 2)
+    prompts = _prompts(4)
+    out = specdec.generate(_model(), prompts, drafter="none", verifier="exact", max_new_tokens=NEW_TOKENS)
+    assert (False, True) in layouts
+    for prompt, sequence in zip(prompts, out.sequences):
         assert sequence == list(_alone(tuple(prompt)))
 
 
