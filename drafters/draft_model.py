@@ -51,7 +51,7 @@ class DraftModelOptions(BaseModel):
         "heuristic", description="constant: always k; heuristic: +2 if all accepted else -1 (transformers); "
                                 "confidence: up to k, stop when the draft's top probability < threshold")
     k_max: int | None = Field(None, ge=1, le=256, description="ceiling of the heuristic schedule (default 4k)")
-    min_k: int = Field(1, ge=0, le=1, description="floor of the heuristic schedule: 1 (transformers) or 0 = rows "
+    min_k: int = Field(0, ge=0, le=1, description="floor of the heuristic schedule: 1 (transformers) or 0 = rows "
                                                   "whose drafts keep failing decode plainly and probe every "
                                                   "probe_after steps")
     probe_after: int = Field(4, ge=1, le=64, description="plain steps before a min_k=0 row drafts 1 token again")

@@ -106,7 +106,7 @@ def test_heuristic_schedule_grows_and_shrinks(target):
     perfect = _run(target, PROMPTS[0], max_new_tokens=40, model=target, k=2, schedule="heuristic")
     assert perfect.stats.drafted_per_step[:4] == [2, 4, 6, 8]  # +2 after every fully accepted round
     poor = _run(target, PROMPTS[0], max_new_tokens=12, model=tiny_model("llama", seed=3), k=5,
-                schedule="heuristic")
+                schedule="heuristic", min_k=1)  # transformers' floor
     drafted = poor.stats.drafted_per_step
     assert drafted[0] == 5 and drafted[-1] < 5  # -1 after a rejection
     assert all(b in (a - 1, a + 2) or b == 1 for a, b in zip(drafted, drafted[1:]))
@@ -283,7 +283,7 @@ def test_fast_forward_on_and_off_give_greedy_output(target, expected, close_draf
 def test_default_policy_is_the_tuned_heuristic():
     """The default is the policy measured best on held-out text (benchmarks/results/draft_model)."""
     options = DraftModelDrafter.Options()
-    assert (options.schedule, options.k) == ("heuristic", 3)
+    assert (options.schedule, options.k, options.min_k) == ("heuristic", 3, 0)
 
 
 def test_heuristic_floor_zero_decodes_plainly_then_probes(target, expected):
