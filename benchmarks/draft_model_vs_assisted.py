@@ -113,13 +113,15 @@ def build_methods(draft, k: int, tree_k: int, branches: int) -> dict[str, dict]:
                                                              "num_assistant_tokens_schedule": "heuristic_transient",
                                                              "assistant_confidence_threshold": 0.0}},
         "specdec_default": {"kind": "specdec", "options": {"model": draft}},
-        "specdec_fixed": {"kind": "specdec", "options": {"model": draft, "k": k}},
-        "specdec_heuristic": {"kind": "specdec", "options": {"model": draft, "k": k, "schedule": "heuristic"}},
+        "specdec_fixed": {"kind": "specdec", "options": {"model": draft, "k": k, "schedule": "constant"}},
+        "specdec_heuristic": {"kind": "specdec", "options": {"model": draft, "k": k, "schedule": "heuristic",
+                                                             "min_k": 1}},  # transformers' rule
         "specdec_confidence": {"kind": "specdec", "options": {"model": draft, "k": 12, "schedule": "confidence",
                                                               "confidence_threshold": 0.4,
                                                               "adaptive_threshold": True,
                                                               "target_acceptance": 0.8}},
-        "specdec_tree": {"kind": "specdec", "options": {"model": draft, "k": tree_k, "branches": branches,
+        "specdec_tree": {"kind": "specdec", "options": {"model": draft, "k": tree_k, "schedule": "constant",
+                                                        "branches": branches,
                                                         "branch_depth": 1}},
     }
 
@@ -258,11 +260,9 @@ def markdown(result: dict) -> str:
 
 
 TUNE_POLICIES: dict[str, dict[str, Any]] = {
-    "fixed k=2": {"k": 2}, "fixed k=3": {"k": 3}, "fixed k=4": {"k": 4}, "fixed k=5": {"k": 5},
-    "heuristic k=2": {"k": 2, "schedule": "heuristic"},
-    "heuristic k=3": {"k": 3, "schedule": "heuristic"},
-    "heuristic k=4": {"k": 4, "schedule": "heuristic"},
-    "heuristic k=3, k_max=24": {"k": 3, "schedule": "heuristic", "k_max": 24},
+    **{f"fixed k={k}": {"k": k, "schedule": "constant"} for k in (2, 3, 4, 5)},
+    **{f"heuristic k={k}": {"k": k, "schedule": "heuristic", "min_k": 1} for k in (2, 3, 4)},
+    "heuristic k=3, k_max=24": {"k": 3, "schedule": "heuristic", "min_k": 1, "k_max": 24},
     "heuristic k=3, min_k=0": {"k": 3, "schedule": "heuristic", "min_k": 0},
     "confidence k=12, gamma 0.1": {"k": 12, "schedule": "confidence", "confidence_threshold": 0.1},
     "confidence k=12, gamma 0.4, adaptive": {"k": 12, "schedule": "confidence", "confidence_threshold": 0.4,
