@@ -31,6 +31,11 @@ def test_pair_shapes_and_vocab_agree(models):
         assert t(ids).logits.shape == d(ids).logits.shape == (1, ids.shape[1], len(tok))
 
 
+def test_public_load_default_unpacks_as_documented(models):
+    target, draft, tokenizer = models  # the README's form
+    assert (target, draft, tokenizer) == (models.target, models.draft, models.tokenizer)
+
+
 def test_draft_is_at_most_a_fifth_of_target_compute(models):
     assert per_token_macs(models.draft.config) * 5 <= per_token_macs(models.target.config)
     assert 15e6 <= models.target.num_parameters() <= 30e6

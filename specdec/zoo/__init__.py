@@ -6,6 +6,7 @@ No model hub is reachable offline, so specdec trains and ships its own pair
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -21,6 +22,10 @@ class DefaultModels:
     target: Any
     draft: Any
     tokenizer: Any
+
+    def __iter__(self) -> Iterator[Any]:
+        """`target, draft, tokenizer = specdec.load_default()` unpacks, as the README shows."""
+        return iter((self.target, self.draft, self.tokenizer))
 
 
 def default_model_dir() -> Path:
