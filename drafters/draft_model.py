@@ -48,8 +48,9 @@ class DraftModelOptions(BaseModel):
                                                     "are known (loaded from a model directory when present)")
     k: int = Field(3, ge=1, le=256, description="tokens per draft (initial length for the heuristic schedule)")
     schedule: Literal["constant", "heuristic", "confidence"] = Field(
-        "heuristic", description="constant: always k; heuristic: +2 if all accepted else -1 (transformers); "
-                                "confidence: up to k, stop when the draft's top probability < threshold")
+        "heuristic", description="constant: always k (the default for trees); heuristic: +2 if all accepted "
+                                 "else -1 (transformers), floor min_k; "
+                                 "confidence: up to k, stop when the draft's top probability < threshold")
     k_max: int | None = Field(None, ge=1, le=256, description="ceiling of the heuristic schedule (default 4k)")
     min_k: int = Field(0, ge=0, le=1, description="floor of the heuristic schedule: 1 (transformers) or 0 = rows "
                                                   "whose drafts keep failing decode plainly and probe every "
@@ -83,6 +84,8 @@ class DraftModelOptions(BaseModel):
 
     @model_validator(mode="after")
     def _schedule_options(self) -> DraftModelOptions:
+        if "schedule" not in self.model_fields_set and self.branches > 1 and self.branch_depth > 0:
+            self.schedule = "constant"  # a tree keeps its shape (depth k) unless a schedule is asked for
         if self.k_max is not None and self.k_max < self.k:
             raise ValueError(f"k_max ({self.k_max}) must be >= k ({self.k})")
         if self.adaptive_threshold and self.schedule != "confidence":
@@ -203,7 +206,9 @@ class DraftModelDrafter(Drafter):
         fast = self._fast
         if fast is not None and fast.ready(runner.cache, int(start.max()) + steps):
             positions = (runner.lengths + offset)[:, None] + torch.arange(steps)[None, :]
-            if active is None or bool(active.all()):
+            # Sampling runs every row, so a row's q (and its draws) never depends on which
+            # neighbours are still drafting; greedy drafts cannot change the output.
+            if active is None or bool(active.all()) or not self.sampling.greedy:
                 return fast(runner.cache, ids, start, positions, keep)
             rows = active.nonzero(as_tuple=True)[0]
             part = fast(runner.cache, ids[rows.to(ids.device)], start[rows], positions[rows],
