@@ -211,22 +211,23 @@ def _run(cell: Cell, workspace: Workspace, reference: dict[str, list[int]] | Non
                     rows = [i for i in batch if turn < len(samples[i].turns)]
                     encoded = [builder.encode(history[i], samples[i].turns[turn]) for i in rows]
                     prompts = [ids for ids, _ in encoded]
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     outputs, stats, is_lossless = method(prompts)
-                    wall = time.perf_counter() - t0
+                    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
                     if is_lossless is not None:
                         lossless.add(is_lossless)
                     for i, tokens in zip(rows, outputs):
                         history[i].append((samples[i].turns[turn],
                                            loaded.tokenizer.decode(tokens, skip_special_tokens=True)))
                     if repeat == 0:
-                        calls.append({"rows": rows, "turn": turn, "wall_times": [wall],
+                        calls.append({"rows": rows, "turn": turn, "wall_times": [wall], "cpu_times": [cpu],
                                       "stats": None if stats is None else _stats_record(stats, len(rows))})
                         for i, tokens, (ids, cut) in zip(rows, outputs, encoded):
                             turn_records[i].append({"tokens": tokens, "prompt_tokens": len(ids), "truncated": cut,
                                                     "prompt_key": prompt_key(ids), "call": call_index})
                     else:
                         calls[call_index]["wall_times"].append(wall)
+                        calls[call_index]["cpu_times"].append(cpu)
                         for i, tokens in zip(rows, outputs):
                             if tokens != turn_records[i][turn]["tokens"]:
                                 turn_records[i][turn].setdefault("differs_in_repeats", []).append(repeat)

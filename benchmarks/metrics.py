@@ -1,6 +1,8 @@
 """Metrics from cell records, per category and overall, defined as Spec-Bench defines them.
 
-- per-sample tokens/s = sum of new tokens over the sample's turns / sum of their wall times;
+- per-sample tokens/s = sum of new tokens over the sample's turns / sum of their wall times (and the
+  same by this process's CPU time, `speedup_cpu`: cells run one after another, minutes apart, so when
+  other jobs share the CPU the CPU-time ratio is the steadier one);
 - speedup = mean per-sample tokens/s of the method / the same for the baseline (a ratio of means),
   computed per timed repeat, then mean and std over repeats;
 - tau = tokens committed per decoding step, bonus included (1.00 for plain decoding);
@@ -21,17 +23,22 @@ from .cells import Cell
 OVERALL = "overall"
 
 
-def _sample_speeds(record: dict[str, Any], category: str | None) -> list[list[float]]:
-    """Per repeat, the per-sample tokens/s of the samples in `category` (None = all)."""
+def _sample_speeds(record: dict[str, Any], category: str | None, clock: str = "wall") -> list[list[float]]:
+    """Per repeat, the per-sample tokens/s of the samples in `category` (None = all), by wall-clock
+    time or by this process's CPU time (`clock="cpu"`: steadier when other jobs share the CPU and
+    cells run minutes apart; [] for records made before CPU times were recorded)."""
     calls = record["calls"]
-    repeats = len(calls[0]["wall_times"]) if calls else 0
+    key = f"{clock}_times"
+    if calls and key not in calls[0]:
+        return []
+    repeats = len(calls[0][key]) if calls else 0
     speeds: list[list[float]] = [[] for _ in range(repeats)]
     for sample in record["samples"]:
         if category is not None and sample["category"] != category:
             continue
         tokens = sum(len(turn["tokens"]) for turn in sample["turns"])
         for repeat in range(repeats):
-            wall = sum(calls[turn["call"]]["wall_times"][repeat] for turn in sample["turns"])
+            wall = sum(calls[turn["call"]][key][repeat] for turn in sample["turns"])
             speeds[repeat].append(tokens / wall if wall > 0 else 0.0)
     return speeds
 
@@ -40,11 +47,11 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _speedup(record: dict[str, Any], baseline: dict[str, Any] | None, category: str | None) -> tuple[
-        float | None, float | None]:
+def _speedup(record: dict[str, Any], baseline: dict[str, Any] | None, category: str | None,
+             clock: str = "wall") -> tuple[float | None, float | None]:
     if baseline is None or baseline.get("status") != "ok":
         return None, None
-    ours, theirs = _sample_speeds(record, category), _sample_speeds(baseline, category)
+    ours, theirs = _sample_speeds(record, category, clock), _sample_speeds(baseline, category, clock)
     ratios = [statistics.fmean(a) / statistics.fmean(b) for a, b in zip(ours, theirs)
               if a and b and statistics.fmean(b) > 0]
     if not ratios:
@@ -176,6 +183,7 @@ def summarize(cells: list[Cell], records: list[dict[str, Any]]) -> dict[str, Any
                                   for t in s["turns"]),
                 "tokens_per_second": _mean([v for repeat in speeds for v in repeat]),
                 "speedup": speedup, "speedup_std": speedup_std,
+                "speedup_cpu": _speedup(record, baseline, key, clock="cpu")[0],
                 "speedup_vs_none": _speedup(record, none_base, key)[0],
                 "decode": _decode_stats(record, key),
             }

@@ -297,3 +297,5 @@ def test_per_sample_tau_is_per_row_at_batch_above_one(tiny_dir, data_files, tmp_
     batched = next(s["per_sample_tau"] for s in summary if s["batch_size"] == 2)
     assert len(set(alone)) == 2, "the two samples should differ in tau, or a per-call tau would pass too"
     assert batched == pytest.approx(alone)
+    # CPU-time speedups are reported beside wall-clock ones (no value is asserted: timing).
+    assert all(s["categories"]["overall"]["speedup_cpu"] is not None for s in summary)
