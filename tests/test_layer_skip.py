@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -97,10 +98,13 @@ def test_drafting_leaves_committed_cache_unchanged(temperature: float) -> None:
     assert drafter.checked > 0
 
 
-def test_sampled_drafts_return_the_exact_q() -> None:
-    """q must be process_logits of the skipped model's logits, with the same sampling params."""
+SAMPLED = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)
+
+
+def _first_sampled_draft(verifier: str, **options) -> tuple[list[int], Any, torch.Tensor]:
+    """The first draft of a sampled layer_skip run on a tiny model: (committed sequence, draft, the
+    skipped model's logits over sequence + drafted tokens), to check the draft's q against."""
     model = tiny_model("llama", layers=3)
-    params = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)
     skip = SkipSet(attention=(2,), mlp=(1,))
     captured = {}
 
@@ -110,16 +114,22 @@ def test_sampled_drafts_return_the_exact_q() -> None:
             captured.setdefault("first", (list(state.sequences[0]), draft))
             return draft
 
-    drafter = Capture(LayerSkipOptions(skip=skip, max_draft=3, adaptive=False))
-    specdec.generate(model, [4, 5, 6, 7], drafter=drafter, verifier="exact", max_new_tokens=4, temperature=0.7,
-                     top_k=20, top_p=0.9, seed=1)
+    drafter = Capture(LayerSkipOptions(skip=skip, max_draft=3, adaptive=False, **options))
+    specdec.generate(model, [4, 5, 6, 7], drafter=drafter, verifier=verifier, max_new_tokens=4,
+                     temperature=SAMPLED.temperature, top_k=SAMPLED.top_k, top_p=SAMPLED.top_p, seed=1)
     sequence, draft = captured["first"]
     assert draft.q is not None and draft.q.shape == (1, int(draft.num_nodes[0]), VOCAB)
     chain = sequence + draft.tokens[0].tolist()
     with torch.no_grad(), LayerSkipper(model, skip.attention, skip.mlp):
         logits = model(torch.tensor([chain]), use_cache=False).logits[0]
+    return sequence, draft, logits
+
+
+def test_sampled_drafts_return_the_exact_q() -> None:
+    """q must be process_logits of the skipped model's logits, with the same sampling params."""
+    sequence, draft, logits = _first_sampled_draft("exact")
     for i in range(int(draft.num_nodes[0])):
-        expected = process_logits(logits[len(sequence) - 1 + i], params)
+        expected = process_logits(logits[len(sequence) - 1 + i], SAMPLED)
         torch.testing.assert_close(draft.q[0, i], expected, atol=1e-5, rtol=1e-4)
         assert draft.q[0, i, draft.tokens[0, i]] > 0
 
@@ -300,29 +310,11 @@ def test_reduced_vocab_greedy_token_identical(arch: str) -> None:
 
 def test_reduced_vocab_q_is_the_subset_distribution() -> None:
     """Sampled q = process_logits over the kept tokens' logits, zero elsewhere (lossless rejection needs it)."""
-    model = tiny_model("llama", layers=3)
-    params = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)
-    skip = SkipSet(attention=(2,), mlp=(1,))
-    captured = {}
-
-    class Capture(LayerSkipDrafter):
-        def propose(self, state):
-            draft = super().propose(state)
-            captured.setdefault("first", (list(state.sequences[0]), draft))
-            return draft
-
-    drafter = Capture(LayerSkipOptions(skip=skip, max_draft=3, adaptive=False, draft_vocab=KEPT))
-    specdec.generate(model, [4, 5, 6, 7], drafter=drafter, verifier="rejection", max_new_tokens=4, temperature=0.7,
-                     top_k=20, top_p=0.9, seed=1)
-    sequence, draft = captured["first"]
-    assert draft.q is not None and draft.q.shape == (1, int(draft.num_nodes[0]), VOCAB)
-    chain = sequence + draft.tokens[0].tolist()
-    with torch.no_grad(), LayerSkipper(model, skip.attention, skip.mlp):
-        logits = model(torch.tensor([chain]), use_cache=False).logits[0]
+    sequence, draft, logits = _first_sampled_draft("rejection", draft_vocab=KEPT)
     outside = torch.ones(VOCAB, dtype=torch.bool)
     outside[KEPT] = False
     for i in range(int(draft.num_nodes[0])):
-        expected = process_logits(logits[len(sequence) - 1 + i, KEPT], params)
+        expected = process_logits(logits[len(sequence) - 1 + i, KEPT], SAMPLED)
         torch.testing.assert_close(draft.q[0, i, KEPT], expected, atol=1e-5, rtol=1e-4)
         assert float(draft.q[0, i, outside].abs().sum()) == 0.0
         assert draft.q[0, i, draft.tokens[0, i]] > 0
