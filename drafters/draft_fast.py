@@ -7,6 +7,11 @@ project's machine, of which the matmuls are about half. This module runs the sam
 with fused q/k/v and gate/up projections, straight on the drafter's `RaggedKVCache` buffers, and
 computes logits only where asked.
 
+It also serves self-speculation (`layer_skip`): built with skip sets it bypasses chosen attention and
+MLP sub-blocks (a skipped sub-block adds nothing to the residual stream, and a skipped attention
+writes no KV), and with `head_tokens` its LM head scores only those rows. The caller then owns where
+it writes: `layer_skip` writes only beyond each row's committed length (`TargetRunner.scratch_slots`).
+
 It only ever produces *guesses*: the target verifies every drafted token, so tiny numeric
 differences from transformers' forward (fused matmuls) can change which tokens are proposed but
 never the output, and at temperature > 0 q is computed from these same logits, so the rejection
@@ -16,6 +21,7 @@ verifier stays lossless. Models it does not recognise use transformers' forward 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -47,15 +53,19 @@ def supports(model: Any) -> bool:
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def fast_forward_for(model: Any) -> FastDraftForward | None:
-    """The fused forward of `model`, or None when its architecture is not covered. Built once per
-    model and rebuilt when any weight was modified in place (tensor version counters change)."""
+def fast_forward_for(model: Any, skip_attention: Iterable[int] = (), skip_mlp: Iterable[int] = (),
+                     head_tokens: Sequence[int] | None = None) -> FastDraftForward | None:
+    """The fused forward of `model` (with these sub-blocks skipped and this reduced head), or None when
+    its architecture is not covered. Kept per model and rebuilt when the skip sets or head change, or
+    when any weight was modified in place (tensor version counters change)."""
     if not supports(model):
         return None
-    key = tuple((param.data_ptr(), param._version) for param in model.parameters())
+    variant = (tuple(sorted(set(skip_attention))), tuple(sorted(set(skip_mlp))),
+               None if head_tokens is None else tuple(int(t) for t in head_tokens))
+    key = (variant, tuple((param.data_ptr(), param._version) for param in model.parameters()))
     entry = _BUILT.get(model)
     if entry is None or entry[0] != key:
-        entry = (key, FastDraftForward(model))
+        entry = (key, FastDraftForward(model, *variant))
         _BUILT[model] = entry
     return entry[1]
 
@@ -70,7 +80,10 @@ def _cat_bias(*linears: torch.nn.Linear) -> torch.Tensor | None:
 class FastDraftForward:
     """Fused-weight forward of a Llama-family model over a `specdec.kv_cache.RaggedKVCache`."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, skip_attention: Iterable[int] = (), skip_mlp: Iterable[int] = (),
+                 head_tokens: Sequence[int] | None = None) -> None:
+        """`skip_attention` / `skip_mlp`: 0-based layers whose sub-block is bypassed (no fused weights are
+        built for them); `head_tokens`: the LM head scores only these token ids, in this order."""
         base = model.model
         config = model.config
         self.model = model
@@ -78,24 +91,35 @@ class FastDraftForward:
         self.rotary = base.rotary_emb
         self.norm_weight, self.norm_eps = base.norm.weight, base.norm.variance_epsilon
         self.lm_head = model.lm_head
+        self.head_weight: torch.Tensor | None = None  # the kept rows of the LM head, when reduced
+        if head_tokens is not None:
+            if model.lm_head.bias is not None:
+                raise ValueError("a reduced draft vocabulary needs an LM head without bias")
+            ids = torch.as_tensor(list(head_tokens), dtype=torch.long, device=model.lm_head.weight.device)
+            # a contiguous copy: gathering the rows on every call would read as many bytes every step
+            self.head_weight = model.lm_head.weight.detach().index_select(0, ids).contiguous()
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
-        self.layers = []
-        for layer in base.layers:
+        skip_attention, skip_mlp = set(skip_attention), set(skip_mlp)
+        self.layers: list[tuple[dict | None, dict | None]] = []  # per layer: (attention, MLP); None = skipped
+        for index, layer in enumerate(base.layers):
             attn, mlp = layer.self_attn, layer.mlp
-            self.layers.append({
-                "in_w": layer.input_layernorm.weight, "in_eps": layer.input_layernorm.variance_epsilon,
-                "post_w": layer.post_attention_layernorm.weight,
-                "post_eps": layer.post_attention_layernorm.variance_epsilon,
+            attention = None if index in skip_attention else {
+                "norm_w": layer.input_layernorm.weight, "norm_eps": layer.input_layernorm.variance_epsilon,
                 "qkv_w": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).contiguous(),
                 "qkv_b": _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
                 "o_w": attn.o_proj.weight, "o_b": attn.o_proj.bias,
+                "scaling": attn.scaling, "head_dim": attn.head_dim,
+            }
+            feed_forward = None if index in skip_mlp else {
+                "norm_w": layer.post_attention_layernorm.weight,
+                "norm_eps": layer.post_attention_layernorm.variance_epsilon,
                 "gu_w": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).contiguous(),
                 "gu_b": _cat_bias(mlp.gate_proj, mlp.up_proj),
                 "down_w": mlp.down_proj.weight, "down_b": mlp.down_proj.bias,
-                "act": mlp.act_fn, "scaling": attn.scaling, "head_dim": attn.head_dim,
-                "inter": mlp.gate_proj.out_features,
-            })
+                "act": mlp.act_fn, "inter": mlp.gate_proj.out_features,
+            }
+            self.layers.append((attention, feed_forward))
 
     @staticmethod
     def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -146,33 +170,40 @@ class FastDraftForward:
         if uniform is None:
             slots = start.to(device)[:, None] + torch.arange(steps, device=device)[None, :]
             write_rows = (rows_d if rows is not None else torch.arange(batch, device=device))[:, None]
-        for layer, spec in zip(cache.layers, self.layers):
-            dim = spec["head_dim"]
-            x = self._rms(hidden, spec["in_w"], spec["in_eps"])
-            qkv = F.linear(x, spec["qkv_w"], spec["qkv_b"])
-            q_size, kv_size = self.heads * dim, self.kv_heads * dim
-            q = qkv[..., :q_size].view(batch, steps, self.heads, dim).transpose(1, 2)
-            k = qkv[..., q_size : q_size + kv_size].view(batch, steps, self.kv_heads, dim).transpose(1, 2)
-            v = qkv[..., q_size + kv_size :].view(batch, steps, self.kv_heads, dim).transpose(1, 2)
-            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
-            if uniform is not None:
-                layer.keys[:, :, uniform : uniform + steps] = k
-                layer.values[:, :, uniform : uniform + steps] = v
-            else:
-                layer.keys[write_rows, :, slots] = k.transpose(1, 2)
-                layer.values[write_rows, :, slots] = v.transpose(1, 2)
-            keys, values = layer.keys[:, :, :attend_len], layer.values[:, :, :attend_len]
-            if rows is not None:
-                keys, values = keys.index_select(0, rows_d), values.index_select(0, rows_d)
-            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=spec["scaling"],
-                                                  enable_gqa=self.kv_heads != self.heads)
-            attn = attn.transpose(1, 2).reshape(batch, steps, q_size)
-            hidden = hidden + F.linear(attn, spec["o_w"], spec["o_b"])
-            x = self._rms(hidden, spec["post_w"], spec["post_eps"])
-            gate_up = F.linear(x, spec["gu_w"], spec["gu_b"])
-            inter = spec["inter"]
-            hidden = hidden + F.linear(spec["act"](gate_up[..., :inter]) * gate_up[..., inter:], spec["down_w"],
-                                       spec["down_b"])
+        for layer, (spec, feed_forward) in zip(cache.layers, self.layers):
+            if spec is not None:  # the attention sub-block (a skipped one writes no KV)
+                dim = spec["head_dim"]
+                x = self._rms(hidden, spec["norm_w"], spec["norm_eps"])
+                qkv = F.linear(x, spec["qkv_w"], spec["qkv_b"])
+                q_size, kv_size = self.heads * dim, self.kv_heads * dim
+                q = qkv[..., :q_size].view(batch, steps, self.heads, dim).transpose(1, 2)
+                k = qkv[..., q_size : q_size + kv_size].view(batch, steps, self.kv_heads, dim).transpose(1, 2)
+                v = qkv[..., q_size + kv_size :].view(batch, steps, self.kv_heads, dim).transpose(1, 2)
+                q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+                if uniform is not None:
+                    layer.keys[:, :, uniform : uniform + steps] = k
+                    layer.values[:, :, uniform : uniform + steps] = v
+                else:
+                    layer.keys[write_rows, :, slots] = k.transpose(1, 2)
+                    layer.values[write_rows, :, slots] = v.transpose(1, 2)
+                keys, values = layer.keys[:, :, :attend_len], layer.values[:, :, :attend_len]
+                if rows is not None:
+                    keys, values = keys.index_select(0, rows_d), values.index_select(0, rows_d)
+                attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=spec["scaling"],
+                                                      enable_gqa=self.kv_heads != self.heads)
+                attn = attn.transpose(1, 2).reshape(batch, steps, q_size)
+                hidden = hidden + F.linear(attn, spec["o_w"], spec["o_b"])
+            if feed_forward is not None:
+                hidden = self._mlp(hidden, feed_forward)
         if keep is not None:
             hidden = hidden[torch.arange(batch, device=device), keep.to(device)]
-        return self.lm_head(self._rms(hidden, self.norm_weight, self.norm_eps))
+        normed = self._rms(hidden, self.norm_weight, self.norm_eps)
+        return self.lm_head(normed) if self.head_weight is None else F.linear(normed, self.head_weight)
+
+    def _mlp(self, hidden: torch.Tensor, spec: dict) -> torch.Tensor:
+        """The residual MLP sub-block: hidden + down(act(gate(x)) * up(x)), x = rms(hidden)."""
+        x = self._rms(hidden, spec["norm_w"], spec["norm_eps"])
+        gate_up = F.linear(x, spec["gu_w"], spec["gu_b"])
+        inter = spec["inter"]
+        return hidden + F.linear(spec["act"](gate_up[..., :inter]) * gate_up[..., inter:], spec["down_w"],
+                                 spec["down_b"])

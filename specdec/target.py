@@ -342,11 +342,17 @@ class TargetRunner:
         """For self-speculating drafters: run a causal chain of tokens [B, T] placed `offset` slots
         after each row's committed length. Writes only beyond the committed length, so the
         committed cache is left exactly as it was; returns logits [B, T, V]."""
-        steps = input_ids.shape[1]
+        start, positions = self.scratch_slots(input_ids.shape[1], offset)
+        return self._run(start, positions, None, input_ids=input_ids)
+
+    def scratch_slots(self, steps: int, offset: int | torch.Tensor = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where `scratch_forward` puts a chain of `steps` tokens `offset` slots past each row's committed
+        length: (first slot written per row [B], position ids [B, steps]). For drafters that run their
+        own forward on this cache (layer_skip's lean forward) under the same contract."""
         offset = torch.as_tensor(offset, dtype=torch.long).cpu()
         start = self.write_start + offset
         positions = (self.lengths + offset)[:, None] + torch.arange(steps)[None, :]
-        return self._run(start, positions, None, input_ids=input_ids)
+        return start, positions
 
     # -- bookkeeping -------------------------------------------------------------------------
     def commit(self, keep_src: torch.Tensor, keep_count: torch.Tensor) -> None:

@@ -1,9 +1,19 @@
 """`layer_skip`: the target drafts for itself with some attention/MLP blocks bypassed (Draft & Verify).
 
-Drafting runs `state.target.scratch_forward`, which writes KV only beyond each row's committed
-length, inside a `LayerSkipper`; skipped attention blocks write nothing at all. The committed cache
-is therefore untouched, and the verification forward recomputes every layer's entries for the
-drafted positions (draft-time KV of layers after the first skipped block would be wrong anyway).
+A draft forward writes KV only beyond each row's committed length (`TargetRunner.scratch_slots`);
+skipped attention blocks write nothing at all. The committed cache is therefore untouched, and the
+verification forward recomputes every layer's entries for the drafted positions (draft-time KV of
+layers after the first skipped block would be wrong anyway).
+
+Two ways to run that forward, with the same contract:
+- lean (`fast_forward`, the default on Llama / Mistral / Qwen2): `drafters/draft_fast.py` built with the
+  skip sets and the reduced head, straight on the target's cache buffers. Why: on a small target the
+  transformers module stack costs ~0.06 of a full forward per kept sub-block in Python overhead alone,
+  more than the sub-block's matmuls, which makes self-drafts too expensive to pay off.
+- `state.target.scratch_forward` inside a `LayerSkipper` (transformers' forward with sub-modules swapped
+  for zeros): other architectures (GPT-2 ...), `fast_forward=False`, and the padded batch mode, whose
+  KV holes (`slot_valid`) only the runner's own masks exclude. The lean path also hands a step to it
+  when the cache buffers do not exist yet or are too short for the chain (the runner grows them).
 
 Rows of a batch draft in lockstep (one scratch forward per depth for all rows); a row that has
 exited, or reached its budget, stops growing its chain while the others continue.
@@ -25,6 +35,7 @@ from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
 from specdec.sampling import process_logits, sample
 
+from ..draft_fast import FastDraftForward, fast_forward_for
 from .adaptive import AdaptiveOptions, ExitState
 from .skipping import LayerSkipper, layout_for
 from .skipset import SkipSet, find_shipped_skip_set, load_skip_set, read_skip_file
@@ -39,6 +50,10 @@ class LayerSkipOptions(AdaptiveOptions):
         None, description="tokens the draft scores: N = the N most frequent tokens of the skip-set file's "
                           "token ranking, a list = these token ids, 0 = the full vocabulary; default: what the "
                           "skip-set file recommends (measured on calibration data), else the full vocabulary")
+    fast_forward: bool = Field(True, description="draft through specdec's lean fused forward (drafters/draft_fast.py) "
+                                                 "on Llama/Mistral/Qwen2 in the unpadded batch mode; off = "
+                                                 "transformers' forward with the blocks swapped out (always used "
+                                                 "for other architectures and the padded mode)")
 
 
 class LayerSkipDrafter(Drafter):
@@ -52,6 +67,7 @@ class LayerSkipDrafter(Drafter):
         self.options: LayerSkipOptions
         self._skipper: LayerSkipper | None = None
         self._skipper_key: tuple[int, SkipSet, tuple[int, ...] | None] | None = None
+        self._fast: FastDraftForward | None = None
         self.skip_set: SkipSet | None = None
         self.head_tokens: torch.Tensor | None = None  # token id of each reduced-head column; None = full
         self._vocab_size = 0
@@ -123,6 +139,7 @@ class LayerSkipDrafter(Drafter):
             self._skipper = LayerSkipper(model, skip.attention, skip.mlp, head_tokens=head)
             self._skipper_key = key
         self.head_tokens = self._skipper.head_tokens
+        self._fast = fast_forward_for(model, skip.attention, skip.mlp, head) if self.options.fast_forward else None
         self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.skip_set = skip
         self._rows = {}
@@ -153,30 +170,48 @@ class LayerSkipDrafter(Drafter):
         growing = limits > 0
         inputs = torch.tensor([[seq[-1]] for seq in state.sequences], dtype=torch.long)
         depth = 0
-        with self._skipper:
-            for depth in range(steps):
-                logits = state.target.scratch_forward(inputs, offset=depth)[:, -1].float().cpu()
-                self.draft_forwards += 1
-                # With a reduced head, `logits` and `chosen` index the kept tokens (head_tokens).
-                if greedy:
-                    chosen = logits.argmax(dim=-1)
-                else:
-                    q = process_logits(logits, state.sampling)
-                    chosen = sample(q, state.generator, growing).cpu()  # draws only for growing rows
-                    q_rows.append(self._full_vocab(q))
-                tokens[:, depth] = chosen if self.head_tokens is None else self.head_tokens[chosen]
-                lengths += growing.long()
-                growing = growing & (depth + 1 < limits)
-                if adaptive:
-                    # confidence = raw (temperature-1) probability of the drafted token, as in the paper's code
-                    confidence = logits.softmax(dim=-1).gather(1, chosen[:, None]).squeeze(1)
-                    growing = growing & (confidence >= gammas)
-                if not bool(growing.any()):
-                    break
-                inputs = tokens[:, depth, None]
+        for depth in range(steps):
+            logits = self._forward(state.target, inputs, depth, growing, greedy).float().cpu()
+            self.draft_forwards += 1
+            # With a reduced head, `logits` and `chosen` index the kept tokens (head_tokens).
+            if greedy:
+                chosen = logits.argmax(dim=-1)
+            else:
+                q = process_logits(logits, state.sampling)
+                chosen = sample(q, state.generator, growing).cpu()  # draws only for growing rows
+                q_rows.append(self._full_vocab(q))
+            tokens[:, depth] = chosen if self.head_tokens is None else self.head_tokens[chosen]
+            lengths += growing.long()
+            growing = growing & (depth + 1 < limits)
+            if adaptive:
+                # confidence = raw (temperature-1) probability of the drafted token, as in the paper's code
+                confidence = logits.softmax(dim=-1).gather(1, chosen[:, None]).squeeze(1)
+                growing = growing & (confidence >= gammas)
+            if not bool(growing.any()):
+                break
+            inputs = tokens[:, depth, None]
         width = depth + 1
         q = torch.stack(q_rows, dim=1)[:, :width] if q_rows else None
         return Draft.chain(tokens[:, :width], lengths, q)
+
+    def _forward(self, runner: Any, inputs: torch.Tensor, offset: int, growing: torch.Tensor,
+                 greedy: bool) -> torch.Tensor:
+        """Draft logits [B, V] (V = the draft vocabulary) for one token per row at `offset` slots past
+        each row's committed length; see the module docstring for which forward runs."""
+        fast = self._fast
+        if fast is not None and not runner.padded:
+            start, positions = runner.scratch_slots(1, offset)
+            if fast.ready(runner.cache, int(start.max()) + 1):
+                if not greedy or bool(growing.all()):
+                    # sampling runs every row, so a row's draws never depend on its neighbours
+                    return fast(runner.cache, inputs, start, positions)[:, -1]
+                # greedy: rows that stopped drafting cost nothing; their logits are zeros, never read
+                rows = growing.nonzero(as_tuple=True)[0]
+                part = fast(runner.cache, inputs[rows], start[rows], positions[rows], rows=rows)[:, -1]
+                return part.new_zeros(inputs.shape[0], part.shape[-1]).index_copy_(0, rows.to(part.device), part)
+        assert self._skipper is not None
+        with self._skipper:
+            return runner.scratch_forward(inputs, offset=offset)[:, -1]
 
     def _full_vocab(self, q: torch.Tensor) -> torch.Tensor:
         """q over the reduced head -> q over the full vocabulary, zero outside the kept tokens: the
