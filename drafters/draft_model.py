@@ -322,7 +322,7 @@ class DraftModelDrafter(Drafter):
         q_steps: list[torch.Tensor] = []
         counts = torch.zeros(batch, dtype=torch.long)
         going = depths > 0
-        fed = 0
+        fed = torch.zeros(batch, dtype=torch.long)  # per row: drafted tokens whose KV the draft cache holds
         for i in range(steps):
             chosen, q = self._choose(logits, 1, state.generator, going)
             tokens[:, i] = chosen[:, 0]
@@ -335,7 +335,7 @@ class DraftModelDrafter(Drafter):
             if not bool(going.any()):
                 break
             step_logits = self._scratch(self.vocab.to_draft_ids(tokens[:, i : i + 1]), i, active=going)[:, -1]
-            fed = i + 1
+            fed += going.long()  # rows that stopped may not have been run (see _scratch)
             logits = self.vocab.to_target(step_logits.float()).to(self.device)
         width = int(counts.max())
         q_all = torch.stack(q_steps[:width], dim=1) if q_steps else None
@@ -356,7 +356,7 @@ class DraftModelDrafter(Drafter):
         counts = torch.zeros(batch, dtype=torch.long)
         going = depths > 0
         frontier_logits = logits[:, None, :]  # [B, F, V]
-        fed_nodes = 0
+        fed_nodes = torch.zeros(batch, dtype=torch.long)
         for level, level_parents in enumerate(levels, start=1):
             children = len(level_parents) // frontier_logits.shape[1]
             chosen, q = self._choose(frontier_logits, children, state.generator, going)  # [B, F, c]
@@ -376,7 +376,7 @@ class DraftModelDrafter(Drafter):
             ids = self.vocab.to_draft_ids(torch.cat([roots, node_tokens], dim=1))
             out = runner.verify_forward(ids, tree_depths, visible)
             self._stats["draft_forwards"] += 1
-            fed_nodes = len(parents)
+            fed_nodes.fill_(len(parents))  # tree forwards run every row
             new = out[:, 1 + len(parents) - len(level_parents) : 1 + len(parents)]
             frontier_logits = self.vocab.to_target(new.float()).to(self.device)
         width = int(counts.max())
@@ -418,7 +418,7 @@ class DraftModelDrafter(Drafter):
             row_path = path[b, : int(counts[b])].tolist()
             for j, node in enumerate(row_path):
                 # A kept node's KV is valid only if it was fed to the draft and really committed.
-                if node >= fed or j >= len(new) or new[j] != int(tokens[b, node]):
+                if node >= int(fed[b]) or j >= len(new) or new[j] != int(tokens[b, node]):
                     break
                 keep[b] = j + 1
         if last["kind"] == "chain":

@@ -280,6 +280,20 @@ def test_fast_forward_on_and_off_give_greedy_output(target, expected, close_draf
     assert out.sequences == expected
 
 
+@pytest.mark.parametrize("schedule", ["heuristic", "confidence"])
+def test_batched_rows_draft_exactly_as_alone(target, close_draft, schedule):
+    """Rows that stop drafting early are left out of later greedy draft forwards (the fast path's
+    active-rows subset); their last drafted token is then not in the draft cache. Regression: the
+    draft cache once counted it as cached when accepted, so drafts in a batch read a stale slot and
+    differed from the same prompt alone (the output stayed correct, acceptance fell)."""
+    options = dict(model=close_draft, k=4, schedule=schedule, confidence_threshold=0.5)
+    batch = _run(target, PROMPTS, max_new_tokens=24, **options).stats
+    alone = [_run(target, [prompt], max_new_tokens=24, **options).stats for prompt in PROMPTS]
+    assert len(set(batch.row_drafted)) > 1  # rows really drafted different amounts
+    assert batch.row_drafted == [stats.row_drafted[0] for stats in alone]
+    assert batch.row_accepted == [stats.row_accepted[0] for stats in alone]
+
+
 def test_default_policy_is_the_tuned_heuristic():
     """The default is the policy measured best on held-out text (benchmarks/results/draft_model)."""
     options = DraftModelDrafter.Options()
