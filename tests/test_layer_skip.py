@@ -55,11 +55,12 @@ def test_greedy_batch_identical() -> None:
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_skipping_nothing_is_a_perfect_draft(arch: str) -> None:
-    """The unskipped model must reproduce the target exactly: any cache mix-up would show here."""
+    """The unskipped model must reproduce the target exactly: any cache mix-up would show here (with the
+    model's own weights: int8 draft weights are a different model)."""
     model = tiny_model(arch, layers=2)
     prompts = [[9, 8, 7, 6, 5], [11, 12]]
-    out = specdec.generate(model, prompts, drafter=_drafter({}, max_draft=4, adaptive=False), verifier="exact",
-                           max_new_tokens=20)
+    out = specdec.generate(model, prompts, drafter=_drafter({}, max_draft=4, adaptive=False, draft_weights="model"),
+                           verifier="exact", max_new_tokens=20)
     assert out.stats.acceptance_rate == 1.0
     assert out.stats.mean_accepted == pytest.approx(5.0)  # 4 drafts + bonus on every step
     for prompt, got in zip(prompts, out.sequences):
@@ -114,7 +115,8 @@ def _first_sampled_draft(verifier: str, **options) -> tuple[list[int], Any, torc
             captured.setdefault("first", (list(state.sequences[0]), draft))
             return draft
 
-    drafter = Capture(LayerSkipOptions(skip=skip, max_draft=3, adaptive=False, **options))
+    # the model's own weights: the reference logits below come from transformers' fp32 forward
+    drafter = Capture(LayerSkipOptions(skip=skip, max_draft=3, adaptive=False, draft_weights="model", **options))
     specdec.generate(model, [4, 5, 6, 7], drafter=drafter, verifier=verifier, max_new_tokens=4,
                      temperature=SAMPLED.temperature, top_k=SAMPLED.top_k, top_p=SAMPLED.top_p, seed=1)
     sequence, draft = captured["first"]

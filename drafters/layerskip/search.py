@@ -44,6 +44,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..draft_fast import WeightFormat
 from .drafter import LayerSkipDrafter, LayerSkipOptions
 from .skipping import num_layers as count_layers
 from .skipset import SkipSet, model_fingerprint, save_skip_set
@@ -74,6 +75,9 @@ class SearchSettings(BaseModel):
         "time", description="time: measured tokens/s of each candidate (the paper); cost: deterministic counts "
                             "priced by a cost model timed once (see the module docstring)")
     draft_vocab: int = Field(0, ge=0, description="draft scores the N most frequent tokens (0 = full vocabulary)")
+    fast_forward: bool = Field(True, description="drafts run the lean fused forward (drafters/draft_fast.py) where "
+                                                 "the architecture allows; the cost model times the same path")
+    draft_weights: WeightFormat = Field("int8", description="weights of the lean forward (see draft_fast.WeightFormat)")
 
 
 @dataclass
@@ -166,10 +170,13 @@ def _median_cpu_ms(fn: Any, calls: int, rounds: int) -> float:
 
 @torch.no_grad()
 def measure_cost_model(model: Any, prompt: list[int], max_width: int, vocab_rankings: dict[int, list[int]],
-                       calls: int = 20, rounds: int = 5) -> CostModel:
-    """Time (CPU, this process) the forwards the cost model prices, on the engine's own cache code."""
+                       calls: int = 20, rounds: int = 5, fast_forward: bool = True,
+                       draft_weights: WeightFormat = "int8") -> CostModel:
+    """Time (CPU, this process) the forwards the cost model prices, on the engine's own cache code;
+    drafts on the path the drafter takes (`fast_forward`: the lean forward where supported)."""
     from specdec.target import TargetRunner
 
+    from ..draft_fast import fast_forward_for
     from .skipping import LayerSkipper
 
     layers = count_layers(model)
@@ -187,6 +194,10 @@ def measure_cost_model(model: Any, prompt: list[int], max_width: int, vocab_rank
     everything = tuple(range(layers))
 
     def draft(attention: tuple[int, ...], mlp: tuple[int, ...], ranking: list[int] | None) -> float:
+        fast = fast_forward_for(model, attention, mlp, ranking, draft_weights) if fast_forward else None
+        if fast is not None:
+            start, positions = runner.scratch_slots(1)
+            return _median_cpu_ms(lambda: fast(runner.cache, root, start, positions), calls, rounds) / unit
         with LayerSkipper(model, attention, mlp, head_tokens=ranking):
             return _median_cpu_ms(lambda: runner.scratch_forward(root), calls, rounds) / unit
 
@@ -215,7 +226,8 @@ def measure(model: Any, prompts: list[list[int]], skip: SkipSet | None, settings
             vocab = list(ranking[: settings.draft_vocab])
         drafter = _WidthRecordingDrafter(LayerSkipOptions(
             skip=skip, max_draft=settings.max_draft, gamma0=settings.gamma0, alpha=settings.alpha,
-            adaptive=settings.adaptive, draft_vocab=vocab))
+            adaptive=settings.adaptive, draft_vocab=vocab, fast_forward=settings.fast_forward,
+            draft_weights=settings.draft_weights))
         drafter.widths = {}
     tokens = steps = drafted = accepted = 0
     wall = cpu = draft_seconds = verify_seconds = 0.0
@@ -449,7 +461,8 @@ def search_skip_set(
         if "cost_model" not in cache:
             rankings = {n: (list(ranking[:n]) if n and ranking else []) for n in sizes}
             rankings = {settings.draft_vocab: rankings.pop(settings.draft_vocab), **rankings}  # searched one first
-            measured = measure_cost_model(model, prompts[0], settings.max_draft + 1, rankings)
+            measured = measure_cost_model(model, prompts[0], settings.max_draft + 1, rankings,
+                                          fast_forward=settings.fast_forward, draft_weights=settings.draft_weights)
             plain = measure(model, prompts, None, settings.model_copy(update={"clock": "cpu"}))
             # engine work per plain step beyond its forward (verifier, bookkeeping), in units
             measured.step_overhead = max(0.0, plain.seconds / plain.steps / measured.unit_seconds - 1.0)
@@ -607,6 +620,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vocab-sizes", type=int, nargs="*", default=[],
                         help="draft vocabularies tried for the winner (0 = full); the best on the calibration "
                              "prompts is recorded as the file's default draft_vocab")
+    parser.add_argument("--transformers-forward", action="store_true",
+                        help="draft through transformers' forward with blocks swapped out, not the lean fused forward")
+    parser.add_argument("--draft-weights", choices=["model", "float16", "int8"], default="int8",
+                        help="weights of the lean draft forward")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -640,7 +657,8 @@ def main(argv: list[str] | None = None) -> int:
         description += "; token ranking from " + (
             "the default model's training corpus" if args.vocab_corpus else ", ".join(args.vocab_files))
     settings = SearchSettings(max_new_tokens=args.max_new_tokens, max_draft=args.max_draft, clock=args.clock,
-                              objective=args.objective, draft_vocab=args.draft_vocab)
+                              objective=args.objective, draft_vocab=args.draft_vocab,
+                              fast_forward=not args.transformers_forward, draft_weights=args.draft_weights)
     result = search_skip_set(model, prompts, args.iterations, settings=settings, cache_path=cache, out_path=out,
                              init_points=args.init_points, retime_top=args.retime_top,
                              retime_repeats=args.retime_repeats, seed=args.seed, progress=not args.quiet,
