@@ -45,7 +45,9 @@ class RaggedLayer(CacheLayerMixin):
         self.capacity = capacity
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        batch, heads, _, _ = key_states.shape
+        heads = key_states.shape[1]
+        # A packed first forward (unpadded prefill) arrives as [1, H, N, D]: the plan knows the rows.
+        batch = self.plan.start.numel() if self.plan.packed_rows is not None else key_states.shape[0]
         self.dtype, self.device = key_states.dtype, key_states.device
         self.keys = key_states.new_zeros(batch, heads, self.capacity, key_states.shape[-1])
         self.values = value_states.new_zeros(batch, value_states.shape[1], self.capacity, value_states.shape[-1])

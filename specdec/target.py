@@ -247,7 +247,7 @@ class TargetRunner:
             config._attn_implementation_internal = previous
             _ACTIVE.layout = None
             self.cache.set_plan(start, steps)
-        if layout.flat is None:
+        if layout.flat is None or last_logits_only:  # packed + last only: the last packed token's logits
             return logits
         unpacked = logits.new_zeros(batch * steps, logits.shape[-1])
         unpacked[layout.flat] = logits[0]
@@ -256,8 +256,8 @@ class TargetRunner:
     def _layout(self, start: torch.Tensor, valid: torch.Tensor | None, batch: int, steps: int,
                 mask: torch.Tensor | None) -> _Layout | None:
         """Packing and per-row attention for this forward, or None for transformers' plain path
-        (batch 1, the padded mode, prefill, or nothing to save)."""
-        if not self.ragged_attention or batch == 1 or mask is None or not self.cache.initialized:
+        (batch 1, the padded mode, a prefill of equal-length prompts, or nothing to save)."""
+        if not self.ragged_attention or batch == 1 or mask is None:
             return None
         flat = None
         if valid is not None and self.packed_inputs:
@@ -290,14 +290,21 @@ class TargetRunner:
     def prefill(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> None:
         """Write right-padded prompts [B, P] into the cache; row b keeps lengths[b] tokens."""
         batch, steps = input_ids.shape
+        lengths = lengths.long().cpu()
         if steps:
             start = torch.zeros(batch, dtype=torch.long)
             positions = torch.arange(steps)[None, :].expand(batch, steps)
-            # Right padding needs no mask here: a real token never looks right, and padded slots lie
-            # beyond each row's length, which every later mask excludes.
-            self._run(start, positions, None, input_ids=input_ids, last_logits_only=True,
-                      plain_causal=self.window is None)
-        self.lengths = lengths.clone().long().cpu()
+            if self.packed_inputs and batch > 1 and int(lengths.min()) > 0 and int(lengths.min()) < steps:
+                # Unpadded prefill: only each row's own prompt tokens are computed (packed), and each
+                # row attends over its own slots; prompts of 40 and 384 tokens no longer cost 2 x 384.
+                valid = torch.arange(steps)[None, :] < lengths[:, None]
+                self._run(start, positions, None, input_ids=input_ids, last_logits_only=True, valid=valid)
+            else:
+                # Right padding needs no mask here: a real token never looks right, and padded slots lie
+                # beyond each row's length, which every later mask excludes.
+                self._run(start, positions, None, input_ids=input_ids, last_logits_only=True,
+                          plain_causal=self.window is None)
+        self.lengths = lengths.clone()
         if self.slot_valid is None:
             self.write_start = self.lengths.clone()
         else:  # vanilla: every row continues after the longest prompt; shorter prompts leave holes

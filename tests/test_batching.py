@@ -167,3 +167,32 @@ def test_packed_inputs_other_families(arch: str, overrides: dict) -> None:
     assert out.stats.input_padding_ratio > 0
     for prompt, sequence in zip(prompts, out.sequences):
         assert sequence == hf_greedy(model, prompt, NEW_TOKENS)
+
+
+@pytest.mark.parametrize("per_row", [False, True])
+def test_prefill_computes_only_real_prompt_tokens(per_row: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompts of different lengths are prefilled packed: the model sees sum(lengths) tokens, not
+    batch x longest, and the cache's prompt slots equal a right-padded prefill's."""
+    import specdec.target as target_module
+
+    monkeypatch.setattr(target_module, "ROW_ATTENTION_MIN_WASTE", -1 if per_row else 10**9)
+    model = _model()
+    prompts = _prompts(4)
+    lengths = torch.tensor([len(p) - 1 for p in prompts])
+    ids = torch.zeros(len(prompts), int(lengths.max()), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, : len(prompt) - 1] = torch.tensor(prompt[:-1])
+    seen = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda _m, args, _o: seen.append(args[0].numel()))
+    try:
+        runners = {packed: target_module.TargetRunner(model, len(prompts), 64, packed_inputs=packed)
+                   for packed in (True, False)}
+        for runner in runners.values():
+            runner.prefill(ids, lengths)
+    finally:
+        hook.remove()
+    assert seen == [int(lengths.sum()), ids.numel()]
+    for ours, reference in zip(runners[True].cache.layers, runners[False].cache.layers):
+        for row, length in enumerate(lengths.tolist()):
+            torch.testing.assert_close(ours.keys[row, :, :length], reference.keys[row, :, :length])
+            torch.testing.assert_close(ours.values[row, :, :length], reference.values[row, :, :length])
