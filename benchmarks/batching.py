@@ -3,13 +3,16 @@ vanilla padded method and the unpadded cache, at several batch sizes, side by si
 
     python -m specdec.benchmarks.batching --out benchmarks/results/batching
 
-Each cell generates for one batch of Spec-Bench prompts (mixed categories, different lengths) and
-reports generated tokens per second over the whole batch, tau, the padded mode's cache padding
-ratio (EMS-SD's R: holes added while decoding / generated tokens), the verification inputs' padding
-ratio, and the KV cache memory (used: the largest [rows, slots] region one forward read, i.e. what an
-exactly-sized cache needs; allocated: the preallocated buffers). Every row's output is checked against
-batched autoregressive decoding (greedy, so they must be equal). The results README is written by hand
-from `table.md`, `result.json` and `throughput.png`.
+EMS-SD's protocol: one fixed list of prompts (here the first `--prompts` Spec-Bench prompts, mixed
+categories and lengths); at batch size B it is cut into consecutive batches of B, each run until all
+its rows finish (static batching), so every B generates for the same prompts. Reported per cell,
+summed over its batches: generated tokens per CPU-second end to end, and decode-only (EMS-SD's TPS:
+CPU time minus prefill and drafter setup), tau, the padded mode's cache padding ratio (EMS-SD's R:
+holes added while decoding / generated tokens), the verification inputs' padding ratio, and the KV
+cache memory (used: the largest [rows, slots] region one forward read, i.e. what an exactly-sized
+cache needs; allocated: the preallocated buffers). Every row's output is checked against batched
+autoregressive decoding (greedy, so they must be equal). The results README is written by hand from
+`table.md`, `result.json` and `throughput.png`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,11 @@ import specdec.target as specdec_target
 from .datasets import PromptBuilder, load_dataset
 from .machine import machine_info
 
-MODES = ("autoregressive", "padded", "unpadded-kv", "unpadded")
+MODES = ("autoregressive", "padded", "unpadded-kv", "unpadded", "unpadded-adaptive")
+# "unpadded-adaptive": the unpadded mode with each drafter's per-row adaptive draft length, which
+# stops drafting for rows whose drafts keep failing (a batch waits for its slowest row, and on a CPU
+# every verified token costs compute). Drafter defaults, not tuned on these prompts.
+ADAPTIVE_OPTIONS = {"anpd": {"schedule": "heuristic"}, "draft_model": {"schedule": "confidence"}}
 
 
 def load_prompts(tokenizer, context: int, count: int, new_tokens: int, max_prompt: int) -> list[list[int]]:
@@ -39,12 +46,15 @@ def load_prompts(tokenizer, context: int, count: int, new_tokens: int, max_promp
 
 
 def run_cell(target, prompts, mode: str, drafter: str, options: dict, new_tokens: int) -> specdec.GenerationOutput:
-    """mode: autoregressive, padded (vanilla), unpadded (EMS-SD: unpadded cache + packed inputs) or
-    unpadded-kv (the unpadded cache with inputs padded to the widest row: EMS-SD's ablation)."""
+    """mode: autoregressive, padded (vanilla), unpadded (EMS-SD: unpadded cache + packed inputs),
+    unpadded-kv (the unpadded cache with inputs padded to the widest row: EMS-SD's ablation) or
+    unpadded-adaptive (unpadded with the drafter's adaptive draft length)."""
     kwargs = dict(max_new_tokens=new_tokens, verifier="exact", eos_token_id=[])
     if mode == "autoregressive":
         return specdec.generate(target, prompts, drafter="none", **kwargs)
-    batch_mode = "unpadded" if mode == "unpadded-kv" else mode
+    if mode == "unpadded-adaptive":
+        options = {**options, **ADAPTIVE_OPTIONS.get(drafter, {})}
+    batch_mode = "padded" if mode == "padded" else "unpadded"
     previous = specdec_target.PACKED_INPUTS_DEFAULT
     specdec_target.PACKED_INPUTS_DEFAULT = mode != "unpadded-kv"
     try:
@@ -60,11 +70,39 @@ def _median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+def _cell_row(batch: int, mode: str, drafter: str, runs: list[tuple[float, float, float]],
+              outputs: list[specdec.GenerationOutput], reference: list[list[int]]) -> dict:
+    """One table row from a cell's repeats (wall, CPU, setup CPU) and its last run's batch outputs."""
+    stats = [out.stats for out in outputs]
+    tokens = sum(s.new_tokens for s in stats)
+    slots = sum(s.input_slots for s in stats)
+    cpu = _median([c for _, c, _ in runs])
+    decode_cpu = _median([c - setup for _, c, setup in runs])
+    wall = min(w for w, _, _ in runs)
+    return {
+        "batch": batch, "mode": mode, "drafter": drafter, "batches": len(outputs), "tokens": tokens,
+        "seconds": wall, "cpu_seconds": cpu, "decode_cpu_seconds": decode_cpu,
+        "cpu_seconds_all": [c for _, c, _ in runs], "setup_cpu_seconds_all": [s for _, _, s in runs],
+        "seconds_all": [w for w, _, _ in runs],
+        "tokens_per_second": tokens / wall, "tokens_per_cpu_second": tokens / cpu,
+        "decode_tokens_per_cpu_second": tokens / decode_cpu,
+        "tau": tokens / sum(s.steps for s in stats),
+        "equal_to_autoregressive": [seq for out in outputs for seq in out.sequences] == reference,
+        "kv_padding_ratio": sum(s.kv_holes_added for s in stats) / tokens if tokens else 0.0,
+        "input_padding_ratio": 1.0 - sum(s.useful_input_slots for s in stats) / slots if slots else 0.0,
+        "kv_cache_bytes": max(s.kv_cache_bytes for s in stats), "kv_used_bytes": max(s.kv_used_bytes for s in stats),
+        "batch_steps": sum(s.batch_steps for s in stats),
+        "row_tau": [tau for s in stats for tau in s.row_tau],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--prompts", type=int, default=16,
+                        help="the fixed prompt list, cut into consecutive batches of B at every batch size")
     parser.add_argument("--drafters", nargs="+", default=["anpd", "draft_model"])
-    parser.add_argument("--modes", nargs="+", default=["padded", "unpadded-kv", "unpadded"],
+    parser.add_argument("--modes", nargs="+", default=list(MODES[1:]),
                         choices=MODES[1:], help="speculative cells per drafter (autoregressive always runs)")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--max-prompt-tokens", type=int, default=384, help="left-truncate prompts to this")
@@ -82,41 +120,33 @@ def main(argv: list[str] | None = None) -> int:
     target, tokenizer = pair.target, pair.tokenizer
     options = {"anpd": {}, "draft_model": {"model": pair.draft}}
     context = target.config.max_position_embeddings
-    all_prompts = load_prompts(tokenizer, context, max(args.batch_sizes), args.new_tokens, args.max_prompt_tokens)
+    all_prompts = load_prompts(tokenizer, context, args.prompts, args.new_tokens, args.max_prompt_tokens)
     specdec.generate(target, all_prompts[:2], drafter="none", max_new_tokens=4)  # warm-up
     result = {"command": "python -m specdec.benchmarks.batching " + " ".join(argv or sys.argv[1:]),
-              "machine": machine_info(), "new_tokens": args.new_tokens, "repeats": args.repeats, "rows": []}
+              "machine": machine_info(), "new_tokens": args.new_tokens, "repeats": args.repeats,
+              "prompt_lengths": [len(p) for p in all_prompts], "rows": []}
 
     rows = result["rows"]
     for batch in args.batch_sizes:
-        prompts = all_prompts[:batch]
+        batches = [all_prompts[i : i + batch] for i in range(0, len(all_prompts), batch)]
         cells = [("autoregressive", "none")] + [(m, d) for d in args.drafters for m in args.modes]
-        runs: dict[tuple[str, str], list[tuple[float, float]]] = {cell: [] for cell in cells}
-        outputs = {}
+        runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {cell: [] for cell in cells}
+        outputs: dict[tuple[str, str], list[specdec.GenerationOutput]] = {}
         for _ in range(args.repeats):
             for mode, drafter in cells:
                 start, cpu_start = time.perf_counter(), time.process_time()
-                out = run_cell(target, prompts, mode, drafter, options.get(drafter, {}), args.new_tokens)
-                runs[mode, drafter].append((time.perf_counter() - start, time.process_time() - cpu_start))
-                outputs[mode, drafter] = out
-        reference = outputs["autoregressive", "none"].sequences
+                outs = [run_cell(target, prompts, mode, drafter, options.get(drafter, {}), args.new_tokens)
+                        for prompts in batches]
+                setup = sum(out.stats.setup_cpu_time for out in outs)
+                runs[mode, drafter].append((time.perf_counter() - start, time.process_time() - cpu_start, setup))
+                outputs[mode, drafter] = outs
+        reference = [seq for out in outputs["autoregressive", "none"] for seq in out.sequences]
         for mode, drafter in cells:
-            out, stats = outputs[mode, drafter], outputs[mode, drafter].stats
-            walls, cpus = [w for w, _ in runs[mode, drafter]], [c for _, c in runs[mode, drafter]]
-            cpu = _median(cpus)
-            row = {
-                "batch": batch, "mode": mode, "drafter": drafter, "seconds": min(walls), "cpu_seconds": cpu,
-                "cpu_seconds_all": cpus, "seconds_all": walls, "tokens": stats.new_tokens,
-                "tokens_per_second": stats.new_tokens / min(walls), "tokens_per_cpu_second": stats.new_tokens / cpu,
-                "tau": stats.mean_accepted, "equal_to_autoregressive": out.sequences == reference,
-                "kv_padding_ratio": stats.kv_holes_added / stats.new_tokens if stats.new_tokens else 0.0,
-                "input_padding_ratio": stats.input_padding_ratio, "kv_cache_bytes": stats.kv_cache_bytes,
-                "kv_used_bytes": stats.kv_used_bytes, "batch_steps": stats.batch_steps,
-            }
+            row = _cell_row(batch, mode, drafter, runs[mode, drafter], outputs[mode, drafter], reference)
             rows.append(row)
             flag = "" if row["equal_to_autoregressive"] else "  <-- OUTPUT MISMATCH"
-            print(f"B={batch:<3} {mode:<14} {drafter:<12} {row['tokens_per_cpu_second']:8.1f} tok/cpu-s (median) "
-                  f"{row['tokens_per_second']:8.1f} tok/s (best wall)  tau {row['tau']:.2f}"
+            print(f"B={batch:<3} {mode:<17} {drafter:<12} {row['tokens_per_cpu_second']:8.1f} tok/cpu-s "
+                  f"{row['decode_tokens_per_cpu_second']:8.1f} decode tok/cpu-s  tau {row['tau']:.2f}"
                   f"  kv pad {row['kv_padding_ratio']:.1%}  input pad {row['input_padding_ratio']:.1%}"
                   f"  kv used {row['kv_used_bytes'] / 2**20:.1f} MiB{flag}", flush=True)
         if args.out is not None:  # after every batch size, so an interrupted sweep keeps what it measured
@@ -143,25 +173,29 @@ def write_outputs(result: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(result, indent=2))
     rows = result["rows"]
-    lines = ["| B | mode | drafter | tok/CPU-s (median) | speedup vs AR (CPU) | tok/s (best wall) | tau | "
-             "KV padding ratio | input padding | KV used MiB | KV allocated MiB | equal |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    ar_cpu = {r["batch"]: r["tokens_per_cpu_second"] for r in rows if r["mode"] == "autoregressive"}
+    lines = ["| B | batches | mode | drafter | tok/CPU-s | speedup vs AR | decode tok/CPU-s | decode speedup vs AR | "
+             "tau | KV padding ratio | input padding | KV used MiB | KV allocated MiB | equal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    ar = {r["batch"]: r for r in rows if r["mode"] == "autoregressive"}
     for r in rows:
-        lines.append(f"| {r['batch']} | {r['mode']} | {r['drafter']} | {r['tokens_per_cpu_second']:.1f} | "
-                     f"{r['tokens_per_cpu_second'] / ar_cpu[r['batch']]:.2f}x | {r['tokens_per_second']:.1f} | "
+        base = ar[r["batch"]]
+        lines.append(f"| {r['batch']} | {r['batches']} | {r['mode']} | {r['drafter']} | {r['tokens_per_cpu_second']:.1f} | "
+                     f"{r['tokens_per_cpu_second'] / base['tokens_per_cpu_second']:.2f}x | "
+                     f"{r['decode_tokens_per_cpu_second']:.1f} | "
+                     f"{r['decode_tokens_per_cpu_second'] / base['decode_tokens_per_cpu_second']:.2f}x | "
                      f"{r['tau']:.2f} | {r['kv_padding_ratio']:.1%} | {r['input_padding_ratio']:.1%} | "
                      f"{r['kv_used_bytes'] / 2**20:.1f} | {r['kv_cache_bytes'] / 2**20:.1f} | "
                      f"{'yes' if r['equal_to_autoregressive'] else '**NO**'} |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
-    figure, (axis, pad_axis) = plt.subplots(1, 2, figsize=(11, 4.5))
+    figure, (axis, decode_axis, pad_axis) = plt.subplots(1, 3, figsize=(16, 4.8))
     series = sorted({(r["mode"], r["drafter"]) for r in rows})
     for mode, drafter in series:
-        points = [(r["batch"], r["tokens_per_cpu_second"]) for r in rows
-                  if r["mode"] == mode and r["drafter"] == drafter]
         label = "autoregressive" if mode == "autoregressive" else f"{drafter} ({mode})"
-        style = {"unpadded": "-", "unpadded-kv": "-.", "padded": "--"}.get(mode, ":")
-        axis.plot(*zip(*points), style, marker="o", label=label)
+        style = {"unpadded": "-", "unpadded-adaptive": "-", "unpadded-kv": "-.", "padded": "--"}.get(mode, ":")
+        marker = "^" if mode == "unpadded-adaptive" else "o"
+        for ax, key in ((axis, "tokens_per_cpu_second"), (decode_axis, "decode_tokens_per_cpu_second")):
+            points = [(r["batch"], r[key]) for r in rows if r["mode"] == mode and r["drafter"] == drafter]
+            ax.plot(*zip(*points), style, marker=marker, label=label)
         if mode == "padded":
             pads = [(r["batch"], 100 * r["kv_padding_ratio"]) for r in rows
                     if r["mode"] == mode and r["drafter"] == drafter]
@@ -169,13 +203,15 @@ def write_outputs(result: dict, out: Path) -> None:
             inputs = [(r["batch"], 100 * r["input_padding_ratio"]) for r in rows
                       if r["mode"] == mode and r["drafter"] == drafter]
             pad_axis.plot(*zip(*inputs), ":", marker="s", label=f"{drafter}: input padding")
-    for ax in (axis, pad_axis):
+    for ax in (axis, decode_axis, pad_axis):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    axis.set_ylabel("generated tokens per CPU-second (whole batch, median)")
-    axis.set_title("Unpadded (EMS-SD) vs padded (vanilla) vs autoregressive")
+    axis.set_ylabel("generated tokens per CPU-second (median)")
+    axis.set_title("End to end (prefill included)")
+    decode_axis.set_ylabel("generated tokens per decode CPU-second (median)")
+    decode_axis.set_title("Decode only (EMS-SD's TPS)")
     pad_axis.set_ylabel("%")
     pad_axis.set_title("Padding of the padded mode")
     figure.tight_layout()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,6 +23,7 @@ from specdec.draft import Draft
 from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
 
+from .draft_schedule import HeuristicLength
 from .ngram_table import NGramTable
 
 
@@ -38,11 +39,18 @@ class AnpdOptions(BaseModel):
     filler_token: int = Field(0, ge=0, description="token id padded in after a miss when stop_on_miss is False")
     branches: int = Field(1, ge=1, le=16, description="continuations per lookup: 1 = chain, >1 = token tree")
     max_nodes: int | None = Field(None, ge=1, le=1024, description="node budget of a tree (default k * branches)")
+    schedule: Literal["constant", "heuristic"] = Field(
+        "constant", description="constant: draft up to k every step (the paper); heuristic: per row, +2 after a fully "
+                                "accepted draft, else -1, between 0 and k (a row whose drafts keep failing decodes "
+                                "plainly and probes every probe_after steps)")
+    probe_after: int = Field(4, ge=1, le=64, description="heuristic: plain steps before a row drafts 1 token again")
 
     @model_validator(mode="after")
     def _check_budget(self) -> AnpdOptions:
         if self.branches == 1 and self.max_nodes is not None and self.max_nodes != self.k:
             raise ValueError("max_nodes is the tree budget; with branches=1 (a chain) set k instead")
+        if self.branches > 1 and self.schedule != "constant":
+            raise ValueError('schedule="heuristic" adapts a chain\'s length; a tree (branches > 1) keeps depth k')
         return self
 
     @property
@@ -121,6 +129,7 @@ class AnpdDrafter(Drafter):
         self.tables: dict[int, NGramTable] = {}  # per row id
         self.eos: frozenset[int] = frozenset()
         self.engine_node_limit: int | None = None
+        self.lengths: HeuristicLength | None = None  # per-row draft length (schedule="heuristic")
         self._stats: dict[str, Any] = {}
 
     def setup(self, context: GenerationContext) -> None:
@@ -131,6 +140,8 @@ class AnpdDrafter(Drafter):
         self._stats = {"propose_seconds": 0.0, "observe_seconds": 0.0, "table_build_seconds": 0.0,
                        "empty_drafts": 0, "contexts_at_end": 0}
         self.engine_node_limit = context.max_draft_nodes
+        self.lengths = (HeuristicLength(self.options.k, self.options.k, floor=0, probe_after=self.options.probe_after)
+                        if self.options.schedule == "heuristic" else None)
         config = getattr(context.model, "generation_config", None)
         eos = getattr(config, "eos_token_id", None)
         self.eos = frozenset([eos] if isinstance(eos, int) else (eos or ()))
@@ -159,7 +170,8 @@ class AnpdDrafter(Drafter):
         rows = []
         for b, (row, sequence) in enumerate(zip(state.row_ids, state.sequences)):
             table = self._table(row, sequence)
-            depth = max(0, min(options.k, max_depth[b], self.engine_node_limit or options.k))
+            wanted = options.k if self.lengths is None else self.lengths.length(row)
+            depth = max(0, min(wanted, max_depth[b], self.engine_node_limit or options.k))
             if options.branches == 1 or depth == 0:
                 tokens = draft_chain(table, table.tail, depth, options.stop_on_miss, options.filler_token, self.eos)
                 parents = list(range(-1, len(tokens) - 1))
@@ -179,6 +191,10 @@ class AnpdDrafter(Drafter):
     def observe(self, state, draft, verdict, committed, extra_logits) -> None:
         """Count exactly the committed tokens (accepted drafts, then the bonus) of each row."""
         started = time.perf_counter()
+        if self.lengths is not None:
+            drafted = draft.num_nodes.tolist() if draft.width else [0] * state.batch_size
+            for row, count, kept in zip(state.row_ids, drafted, verdict.num_accepted.tolist()):
+                self.lengths.update(row, count, kept)
         for b, row in enumerate(state.row_ids):
             table = self.tables.get(row)
             if table is None:

@@ -126,7 +126,7 @@ class SpeculativeEngine:
                 results[row].finish_reason = "context_length"
             budgets.append(budget)
 
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         longest = max(len(p) for p in prompts)
@@ -152,6 +152,7 @@ class SpeculativeEngine:
         stats.prefill_time = time.perf_counter() - started
         try:
             self._drafter_call("setup", self.drafter.setup, context)
+            stats.setup_cpu_time = time.process_time() - cpu_started  # decode-only CPU = total - this
             active = [row for row in row_ids if budgets[row] > 0]
             if len(active) < batch:
                 target.select_rows(torch.tensor(active, dtype=torch.long))

@@ -206,7 +206,7 @@ def test_greedy_identical_to_transformers(arch: str, options: dict) -> None:
         assert out.stats.new_tokens == 32
 
 
-@pytest.mark.parametrize("options", [{}, {"branches": 3}])
+@pytest.mark.parametrize("options", [{}, {"branches": 3}, {"schedule": "heuristic"}])
 def test_batch_of_different_lengths_identical_per_row(options: dict) -> None:
     model = tiny_model("llama", seed=1)
     generator = torch.Generator().manual_seed(0)
@@ -215,6 +215,24 @@ def test_batch_of_different_lengths_identical_per_row(options: dict) -> None:
     for row, prompt in enumerate(prompts):
         assert out.sequences[row] == hf_greedy(model, prompt, 28), f"row {row}"
     assert out.stats.accepted_tokens > 0  # drafts were really used, not all empty
+
+
+def test_heuristic_schedule_stops_drafting_for_failing_rows() -> None:
+    """Per row: a row whose drafts keep failing decodes plainly (probing now and then), so it drafts
+    less than with the paper's constant K, while a row whose drafts pass keeps drafting; the output
+    is unchanged and each row drafts exactly as it does alone."""
+    model = tiny_model("llama", seed=1)
+    generator = torch.Generator().manual_seed(0)
+    prompts = REPETITIVE + [torch.randint(0, VOCAB, (12,), generator=generator).tolist()]
+    runs = {schedule: specdec.generate(model, prompts, drafter="anpd", drafter_options={"schedule": schedule},
+                                       max_new_tokens=40) for schedule in ("constant", "heuristic")}
+    assert runs["heuristic"].sequences == runs["constant"].sequences
+    constant, heuristic = runs["constant"].stats, runs["heuristic"].stats
+    assert heuristic.drafted_tokens < constant.drafted_tokens
+    assert heuristic.acceptance_rate > constant.acceptance_rate
+    alone = [specdec.generate(model, p, drafter="anpd", drafter_options={"schedule": "heuristic"},
+                              max_new_tokens=40).stats.row_drafted[0] for p in prompts]
+    assert heuristic.row_drafted == alone
 
 
 def test_rows_with_different_budgets_finish_apart() -> None:
@@ -243,7 +261,8 @@ def test_is_the_default_drafter() -> None:
 # -- options ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("bad", [{"n": 1}, {"k": 0}, {"branches": 0}, {"max_nodes": 0, "branches": 2},
-                                 {"max_nodes": 9}, {"nn": 3}, {"k": "many"}, {"filler_token": -1}])
+                                 {"max_nodes": 9}, {"nn": 3}, {"k": "many"}, {"filler_token": -1},
+                                 {"schedule": "heuristic", "branches": 2}, {"schedule": "sometimes"}])
 def test_bad_options_are_rejected_before_model_work(bad: dict) -> None:
     with pytest.raises(PluginOptionsError):
         specdec.generate(object(), [1, 2], drafter="anpd", drafter_options=bad)
