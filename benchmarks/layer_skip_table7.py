@@ -53,6 +53,17 @@ def hand_picked_sets(searched: SkipSet, layers: int, random_draws: int, seed: in
     return sets
 
 
+def best_of_budget(cache: dict, attention: int, mlp: int) -> SkipSet | None:
+    """The best set (by the search's objective) among those the search evaluated that skip exactly
+    `attention` attention and `mlp` MLP blocks; None when it evaluated none."""
+    best, best_value = None, float("-inf")
+    for key, entry in cache["evaluations"].items():
+        skip = SkipSet.from_mask(tuple(int(c) for c in key))
+        if (len(skip.attention), len(skip.mlp)) == (attention, mlp) and entry["tokens_per_second"] > best_value:
+            best, best_value = skip, entry["tokens_per_second"]
+    return best
+
+
 def evaluation_prompts(tokenizer: Any, per_source: int, humaneval: Path, gsm8k: Path) -> tuple[list[list[int]], str]:
     samples = load_humaneval(humaneval)[:per_source] + load_gsm8k(gsm8k)[:per_source]
     prompts = [list(tokenizer(s.turns[0])["input_ids"]) for s in samples]
@@ -178,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--random-draws", type=int, default=3)
     parser.add_argument("--fixed", type=int, nargs="*", default=[1, 2, 4, 8], help="fixed draft lengths to compare")
+    parser.add_argument("--budgets", nargs="*", default=[], metavar="A:M",
+                        help="also compare, per skip budget of A attention + M MLP blocks, the best set of that "
+                             "budget the search evaluated (needs --search-cache) with first/middle/last/random sets "
+                             "of the budget: Table 7 at sizes other than the winner's")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--write-calibration", type=Path, default=None)
@@ -211,10 +226,27 @@ def main(argv: list[str] | None = None) -> int:
     draft_vocab = int(skip_data.get("draft_vocab") or 0) if ranking else 0
     adaptive = SearchSettings(max_new_tokens=args.max_new_tokens, max_draft=12, gamma0=0.6, alpha=0.9,
                               draft_vocab=draft_vocab)
-    sets = {"searched (BO)": searched, **hand_picked_sets(searched, layers, args.random_draws, args.seed)}
+    sets = {"searched (BO)": searched}
+    if searched.attention or searched.mlp:  # hand-picked sets of an empty budget would all be the searched set
+        sets.update(hand_picked_sets(searched, layers, args.random_draws, args.seed))
+    search_cache = json.loads(Path(args.search_cache).read_text()) if args.search_cache else None
+    for budget in args.budgets:
+        if search_cache is None:
+            raise SystemExit("--budgets needs --search-cache")
+        a, m = (int(n) for n in budget.split(":"))
+        best = best_of_budget(search_cache, a, m)
+        if best is None:
+            raise SystemExit(f"the search evaluated no set with {a} attention + {m} MLP blocks skipped")
+        sets[f"{a}+{m}: searched"] = best
+        sets.update({f"{a}+{m}: {name}": skip
+                     for name, skip in hand_picked_sets(best, layers, args.random_draws, args.seed).items()})
     configs = {name: (skip, adaptive) for name, skip in sets.items()}
     if draft_vocab:
         configs["searched, full vocabulary"] = (searched, adaptive.model_copy(update={"draft_vocab": 0}))
+    # What the lean draft forward buys: its fp32 variant (the target's own weights) and transformers'
+    # forward with the blocks swapped out (the drafter's path before the lean forward existed).
+    configs["searched, lean fp32 weights"] = (searched, adaptive.model_copy(update={"draft_weights": "model"}))
+    configs["searched, transformers forward"] = (searched, adaptive.model_copy(update={"fast_forward": False}))
     table7 = run_configs(model, prompts, configs, adaptive, args.repeats, ranking)
     fixed_configs: dict[str, tuple[SkipSet, SearchSettings]] = {"adaptive (K<=12)": (searched, adaptive)}
     for k in args.fixed:
@@ -232,9 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     (out_dir / "table7.json").write_text(json.dumps(results, indent=1) + "\n")
     (out_dir / "table7.md").write_text(markdown(results))
-    if args.search_cache:
-        cache = json.loads(Path(args.search_cache).read_text())
-        plot_search(cache, out_dir / "search_curve.png")
+    if search_cache is not None:
+        plot_search(search_cache, out_dir / "search_curve.png")
     print(markdown(results))
     return 0
 

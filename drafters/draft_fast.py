@@ -175,9 +175,9 @@ class FastDraftForward:
         return x * cos + rotated * sin
 
     def ready(self, cache: Any, attend_len: int) -> bool:
-        """The cache buffers exist (prefill wrote something) and hold `attend_len` slots."""
-        layer = cache.layers[0]
-        return bool(layer.is_initialized) and attend_len <= layer.keys.shape[2]
+        """The cache buffers exist (prefill wrote something) and every layer's hold `attend_len` slots
+        (layers grow separately: a transformers-path self-draft grows only the layers it runs)."""
+        return all(layer.is_initialized and attend_len <= layer.keys.shape[2] for layer in cache.layers)
 
     @torch.inference_mode()
     def __call__(self, cache: Any, input_ids: torch.Tensor, start: torch.Tensor, positions: torch.Tensor,

@@ -78,6 +78,7 @@ class LayerSkipDrafter(Drafter):
         self._rows: dict[int, ExitState] = {}
         self._gamma = self.options.gamma0  # carried across generate calls when carry_gamma
         self.draft_forwards = 0  # scratch forwards run, for cost accounting (search, benchmarks)
+        self.lean_forwards = 0  # of which on the lean path (the rest went through transformers' forward)
 
     # -- setup -------------------------------------------------------------------------------
     def resolve_skip_set(self, model: Any) -> SkipSet:
@@ -207,6 +208,7 @@ class LayerSkipDrafter(Drafter):
         if fast is not None and not runner.padded:
             start, positions = runner.scratch_slots(1, offset)
             if fast.ready(runner.cache, int(start.max()) + 1):
+                self.lean_forwards += 1
                 if not greedy or bool(growing.all()):
                     # sampling runs every row, so a row's draws never depend on its neighbours
                     return fast(runner.cache, inputs, start, positions)[:, -1]
