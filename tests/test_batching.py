@@ -72,11 +72,13 @@ def test_rows_finishing_early_leave_the_batch() -> None:
     assert out.stats.batch_steps == max(lengths)
 
 
-def test_every_registered_drafter_is_batch_safe() -> None:
-    """Registered drafters that need no options for a plain model run batched and match alone."""
+@pytest.mark.parametrize("batch", [1, 2, 4, 8, 16])
+def test_every_registered_drafter_is_batch_safe(batch: int) -> None:
+    """Every registered drafter (options for a plain tiny model from test_composition) runs batched,
+    in both batch modes, and each row matches its prompt alone."""
     from test_composition import DRAFTER_OPTIONS_FOR_TINY_MODEL
 
-    prompts = _prompts(4)
+    prompts = _prompts(batch)
     for name in known_names("drafter"):
         options_factory = DRAFTER_OPTIONS_FOR_TINY_MODEL.get(name)
         options = options_factory(_model()) if callable(options_factory) else options_factory
