@@ -144,18 +144,31 @@ def plot_search(cache: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def searched_row(name: str, table: dict) -> str | None:
+    """The searched set a row is compared with: its budget's ("A+M: searched") or the shipped one."""
+    if name == "baseline" or name.endswith("searched") or name == "searched (BO)":
+        return None
+    prefix = name.split(": ")[0] + ": searched" if ": " in name else "searched (BO)"
+    return prefix if prefix in table else None
+
+
 def markdown(results: dict) -> str:
     table7, adaptive = results["table7"], results["adaptive_vs_fixed"]
     lines = ["| skip set | attention skipped | MLP skipped | speedup (CPU time; min-max over repeats) | speedup (wall) "
-             "| tau | acceptance |",
-             "|---|---|---|---|---|---|---|"]
+             "| tau | acceptance | searched / this, paired per repeat (CPU; min-max) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, row in table7.items():
         skip = row.get("skip", {"attention": [], "mlp": []})
         label = "plain greedy (none)" if name == "baseline" else name
         spread = row["speedup_cpu_runs"]
+        ref = searched_row(name, table7)
+        paired = ""
+        if ref is not None:  # both measured in the same repeat against the same baseline
+            ratios = [a / b for a, b in zip(table7[ref]["speedup_cpu_runs"], spread)]
+            paired = f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
         lines.append(f"| {label} | {list(skip['attention'])} | {list(skip['mlp'])} | {row['speedup_cpu']:.3f}x "
                      f"({min(spread):.2f}-{max(spread):.2f}) | "
-                     f"{row['speedup_wall']:.3f}x | {row['tau']:.2f} | {row['acceptance']:.1%} |")
+                     f"{row['speedup_wall']:.3f}x | {row['tau']:.2f} | {row['acceptance']:.1%} | {paired} |")
     lines += ["", "Wall-clock cost per forward (engine stats, median over repeats; the baseline's verify is a "
               "plain 1-token forward):", "",
               "| configuration | draft ms per draft forward | verify ms per step | draft forwards per step |",
