@@ -26,7 +26,6 @@ from pathlib import Path
 import torch
 
 import specdec
-import specdec.target as specdec_target
 
 from .datasets import PromptBuilder, load_dataset
 from .machine import machine_info
@@ -55,13 +54,9 @@ def run_cell(target, prompts, mode: str, drafter: str, options: dict, new_tokens
     if mode == "unpadded-adaptive":
         options = {**options, **ADAPTIVE_OPTIONS.get(drafter, {})}
     batch_mode = "padded" if mode == "padded" else "unpadded"
-    previous = specdec_target.PACKED_INPUTS_DEFAULT
-    specdec_target.PACKED_INPUTS_DEFAULT = mode != "unpadded-kv"
-    try:
-        return specdec.generate(target, prompts, drafter=drafter, drafter_options=options, batch_mode=batch_mode,
-                                **kwargs)
-    finally:
-        specdec_target.PACKED_INPUTS_DEFAULT = previous
+    packed = False if mode == "unpadded-kv" else None
+    return specdec.generate(target, prompts, drafter=drafter, drafter_options=options, batch_mode=batch_mode,
+                            packed_inputs=packed, **kwargs)
 
 
 def _median(values: list[float]) -> float:

@@ -19,7 +19,7 @@ from .plugins import Drafter, Verifier
 from .rng import row_seeds
 from .sampling import SamplingParams
 from .stats import GenerationStats
-from .target import context_length
+from .target import context_length, packed_inputs_unavailable, supports_packed_inputs
 
 PromptLike = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]] | torch.Tensor
 
@@ -146,17 +146,26 @@ def generate(
     streamer: Any | None = None,
     max_draft_nodes: int = 256,
     batch_mode: str = "unpadded",
+    packed_inputs: bool | None = None,
 ) -> GenerationOutput:
     """Generate with speculative decoding. See the README for the accepted forms of each argument.
 
     `seed` (sampling only): an int gives every row its own stream mixed from (seed, row), so a row's
     output does not depend on the other rows; one int per row makes each prompt's output the same as
     running it alone with that seed, at any batch position; None draws fresh random seeds.
+
+    `packed_inputs` (unpadded mode): feed only each row's real tokens, packed, to the prefill and every
+    verification (None = whenever the model supports it; True on a model that cannot is an error;
+    False pads rows to the widest, EMS-SD's unpadded-KV-only ablation).
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     if batch_mode not in ("unpadded", "padded"):
         raise ValueError(f"batch_mode must be 'unpadded' (EMS-SD) or 'padded' (vanilla), got {batch_mode!r}")
+    if packed_inputs is not None and not isinstance(packed_inputs, bool):
+        raise ValueError(f"packed_inputs must be True, False or None, got {packed_inputs!r}")
+    if packed_inputs and batch_mode == "padded":
+        raise ValueError("packed_inputs=True needs batch_mode='unpadded' (the padded mode is the vanilla method)")
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     # Plugins are resolved (and their options validated) before any model work.
     drafter_obj = resolve_drafter(drafter, drafter_options)
@@ -172,9 +181,12 @@ def generate(
         raise ValueError("a streamer works with a single prompt (batch size 1), as in transformers")
     stop_strings = (stop,) if isinstance(stop, str) else tuple(stop or ())
     check_model_supported(model)
+    if packed_inputs and not supports_packed_inputs(model):
+        raise ValueError(packed_inputs_unavailable(model))
     row_seeds(seed, len(prompts))  # a bad seed fails here, before any model work
     config = EngineConfig(max_new_tokens=max_new_tokens, sampling=sampling, eos_token_ids=_eos_ids(model, eos_token_id),
-                          stop_strings=stop_strings, max_draft_nodes=max_draft_nodes, batch_mode=batch_mode)
+                          stop_strings=stop_strings, max_draft_nodes=max_draft_nodes, batch_mode=batch_mode,
+                          packed_inputs=packed_inputs)
     engine = SpeculativeEngine(model, drafter_obj, verifier_obj, config, tokenizer=tokenizer, streamer=streamer,
                                seed=seed)
     with torch.inference_mode():  # no autograd bookkeeping anywhere in the loop (faster than no_grad)

@@ -41,6 +41,7 @@ class EngineConfig:
     stop_strings: tuple[str, ...] = ()
     max_draft_nodes: int = 256
     batch_mode: str = "unpadded"  # "unpadded" (EMS-SD) or "padded" (the vanilla method, for comparison)
+    packed_inputs: bool | None = None  # unpadded mode: pack verification inputs (None = when the model allows)
 
 
 @dataclass
@@ -131,7 +132,8 @@ class SpeculativeEngine:
             torch.cuda.reset_peak_memory_stats(self.device)
         longest = max(len(p) for p in prompts)
         capacity = longest + max(budgets) + config.max_draft_nodes + 2
-        target = TargetRunner(self.model, batch, capacity, padded=config.batch_mode == "padded")
+        target = TargetRunner(self.model, batch, capacity, padded=config.batch_mode == "padded",
+                              packed_inputs=config.packed_inputs)
         prefill_ids = torch.zeros(batch, max(longest - 1, 0), dtype=torch.long)
         for row, prompt in enumerate(prompts):
             prefill_ids[row, : len(prompt) - 1] = torch.as_tensor(prompt[:-1], dtype=torch.long)

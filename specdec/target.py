@@ -82,9 +82,6 @@ def _register_packed_attention() -> bool:
 
 
 _PACKED_AVAILABLE = _register_packed_attention()
-# Default for runners that are not told: the unpadded mode packs its verification inputs. Benchmarks
-# set this to False to measure the unpadded cache alone (EMS-SD's Table 2 ablation).
-PACKED_INPUTS_DEFAULT = True
 
 
 def supports_packed_inputs(model: torch.nn.Module) -> bool:
@@ -94,6 +91,14 @@ def supports_packed_inputs(model: torch.nn.Module) -> bool:
     return (_PACKED_AVAILABLE and getattr(config, "model_type", None) in _PACKABLE_MODEL_TYPES
             and getattr(config, "_attn_implementation", None) == "sdpa"
             and hasattr(config, "_attn_implementation_internal"))
+
+
+def packed_inputs_unavailable(model: torch.nn.Module) -> str:
+    """Why `model` cannot take packed inputs (for a clear error when they are asked for)."""
+    config = model.config
+    return (f"packed inputs need a Llama-family model ({', '.join(sorted(_PACKABLE_MODEL_TYPES))}) on SDPA "
+            f"attention and transformers' AttentionInterface; got model_type "
+            f"{getattr(config, 'model_type', None)!r} with attention {getattr(config, '_attn_implementation', None)!r}")
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -146,11 +151,12 @@ class TargetRunner:
         self.holes_added = 0
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.embed = model.get_input_embeddings()
-        if packed_inputs is None:
-            packed_inputs = PACKED_INPUTS_DEFAULT
         # The vanilla padded mode keeps transformers' own attention: one shared write pointer, dense.
         self.ragged_attention = not padded and supports_packed_inputs(model)
-        self.packed_inputs = bool(packed_inputs) and self.ragged_attention
+        if packed_inputs and not self.ragged_attention:
+            raise ValueError(packed_inputs_unavailable(model) if not padded else
+                             "packed inputs need batch_mode='unpadded' (the padded mode is the vanilla method)")
+        self.packed_inputs = self.ragged_attention if packed_inputs is None else bool(packed_inputs)
 
     def _valid_slots(self, length: int) -> torch.Tensor:
         """slot_valid widened to at least `length` slots (padded mode only)."""

@@ -122,10 +122,9 @@ def test_packed_inputs_are_used_and_token_identical(kind: str, per_row: bool, la
     packed = specdec.generate(_model(), prompts, drafter=_drafter(kind, prompts), verifier="exact",
                               max_new_tokens=NEW_TOKENS)
     assert (True, per_row) in layouts, "packed verification never ran"
-    monkeypatch.setattr(target_module, "PACKED_INPUTS_DEFAULT", False)
     layouts.clear()
     plain = specdec.generate(_model(), prompts, drafter=_drafter(kind, prompts), verifier="exact",
-                             max_new_tokens=NEW_TOKENS)
+                             max_new_tokens=NEW_TOKENS, packed_inputs=False)
     assert not any(is_packed for is_packed, _ in layouts)
     assert packed.sequences == plain.sequences
     assert packed.stats.input_padding_ratio == plain.stats.input_padding_ratio > 0
@@ -198,3 +197,16 @@ def test_prefill_computes_only_real_prompt_tokens(per_row: bool, monkeypatch: py
         for row, length in enumerate(lengths.tolist()):
             torch.testing.assert_close(ours.keys[row, :, :length], reference.keys[row, :, :length])
             torch.testing.assert_close(ours.values[row, :, :length], reference.values[row, :, :length])
+
+
+def test_packed_inputs_switch_is_explicit() -> None:
+    """packed_inputs=True is an error where it cannot happen (never a silent fallback to padding)."""
+    prompts = _prompts(3)
+    with pytest.raises(ValueError, match="batch_mode='unpadded'"):
+        specdec.generate(_model(), prompts, drafter="anpd", batch_mode="padded", packed_inputs=True)
+    with pytest.raises(ValueError, match="Llama-family"):
+        specdec.generate(tiny_model("gpt2"), prompts, drafter="anpd", packed_inputs=True, max_new_tokens=2)
+    with pytest.raises(ValueError, match="True, False or None"):
+        specdec.generate(_model(), prompts, drafter="anpd", packed_inputs="yes")
+    out = specdec.generate(_model(), prompts, drafter="anpd", max_new_tokens=NEW_TOKENS, packed_inputs=True)
+    assert out.sequences == [list(_alone(tuple(p))) for p in prompts]
