@@ -25,14 +25,6 @@ SKIPS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def _runners(model, lengths: torch.Tensor, seed: int = 0) -> tuple[TargetRunner, TargetRunner]:
     """Two target runners with the same ragged prompts prefilled (rows of different lengths)."""
     prompt = torch.randint(1, VOCAB, (len(lengths), int(lengths.max())), generator=torch.Generator().manual_seed(seed))
