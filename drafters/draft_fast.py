@@ -80,6 +80,11 @@ def fast_forward_for(model: Any, skip_attention: Iterable[int] = (), skip_mlp: I
 WeightFormat = Literal["model", "float16", "int8"]
 
 
+def int8_available(device: torch.device) -> bool:
+    """The int8 format's kernel exists here: CPU tensors and a torch that has `_weight_int8pack_mm`."""
+    return torch.device(device).type == "cpu" and hasattr(torch, "_weight_int8pack_mm")
+
+
 class _Linear:
     """y = x W^T + b with W stored in a `WeightFormat`; y has x's dtype."""
 
@@ -92,6 +97,9 @@ class _Linear:
         elif weights == "float16":
             self.weight = weight.to(torch.float16).contiguous()
         elif weights == "int8":
+            if not int8_available(weight.device):
+                raise ValueError("int8 draft weights need torch._weight_int8pack_mm on the CPU (this torch or device "
+                                 "lacks it); use weights 'float16' or 'model'")
             scales = weight.float().abs().amax(dim=1).clamp(min=1e-12) / 127.0
             self.weight = (weight.float() / scales[:, None]).round().clamp(-127, 127).to(torch.int8).contiguous()
             self.scales = scales.to(torch.bfloat16)

@@ -171,3 +171,17 @@ def test_sampled_q_comes_from_the_lean_logits() -> None:
             start, positions = reference.scratch_slots(1, depth)
             logits = fast(reference.cache, torch.tensor([[chain[depth]]]), start, positions)[:, -1].float()
             torch.testing.assert_close(draft.q[0, depth], process_logits(logits, params)[0], atol=1e-5, rtol=1e-4)
+
+
+def test_int8_default_needs_the_kernel(monkeypatch) -> None:
+    """Without torch's int8 kernel the default draft weights are the model's own (documented rule), and
+    asking for int8 explicitly is a clear error, not a silent change of format."""
+    model = tiny_model("llama", layers=2)
+    monkeypatch.delattr(torch, "_weight_int8pack_mm")
+    drafter = LayerSkipDrafter(LayerSkipOptions(skip={"mlp": [1]}, max_draft=2))
+    out = specdec.generate(model, [[9, 8, 7]], drafter=drafter, verifier="exact", max_new_tokens=6)
+    assert out.sequences[0] == hf_greedy(model, [9, 8, 7], 6)
+    assert drafter.lean_forwards > 0 and drafter._fast is not None
+    assert drafter._fast.lm_head.weights == "model"
+    with pytest.raises(ValueError, match="int8 draft weights"):
+        FastDraftForward(model, weights="int8")

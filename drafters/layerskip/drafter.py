@@ -35,7 +35,7 @@ from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
 from specdec.sampling import process_logits, sample
 
-from ..draft_fast import FastDraftForward, WeightFormat, fast_forward_for
+from ..draft_fast import FastDraftForward, WeightFormat, fast_forward_for, int8_available
 from .adaptive import AdaptiveOptions, ExitState
 from .skipping import LayerSkipper, layout_for
 from .skipset import SkipSet, find_shipped_skip_set, load_skip_set, read_skip_file
@@ -54,10 +54,11 @@ class LayerSkipOptions(AdaptiveOptions):
                                                  "on Llama/Mistral/Qwen2 in the unpadded batch mode; off = "
                                                  "transformers' forward with the blocks swapped out (always used "
                                                  "for other architectures and the padded mode)")
-    draft_weights: WeightFormat = Field(
-        "int8", description="weights of the lean forward: int8 (per-channel copies, bfloat16 activations), float16, "
-                            "or model (the target's own); drafts only propose, so this changes speed and "
-                            "acceptance, never the verified output")
+    draft_weights: WeightFormat | None = Field(
+        None, description="weights of the lean forward: int8 (per-channel copies, bfloat16 activations; CPU), "
+                          "float16, or model (the target's own); default: int8 where the target is on a CPU and "
+                          "torch has the kernel, else model. Drafts only propose, so this changes speed and "
+                          "acceptance, never the verified output")
 
 
 class LayerSkipDrafter(Drafter):
@@ -144,7 +145,10 @@ class LayerSkipDrafter(Drafter):
             self._skipper = LayerSkipper(model, skip.attention, skip.mlp, head_tokens=head)
             self._skipper_key = key
         self.head_tokens = self._skipper.head_tokens
-        self._fast = (fast_forward_for(model, skip.attention, skip.mlp, head, self.options.draft_weights)
+        weights = self.options.draft_weights
+        if weights is None:
+            weights = "int8" if int8_available(model.get_input_embeddings().weight.device) else "model"
+        self._fast = (fast_forward_for(model, skip.attention, skip.mlp, head, weights)
                       if self.options.fast_forward else None)
         self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.skip_set = skip
