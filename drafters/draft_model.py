@@ -34,7 +34,7 @@ from specdec.rng import RowGenerators
 from specdec.sampling import SamplingParams, process_logits, sample
 from specdec.target import TargetRunner, context_length
 
-from .draft_fast import FastDraftForward, fast_forward_for
+from .draft_fast import FastDraftForward, WeightFormat, fast_forward_for, int8_available
 from .draft_schedule import ConfidenceExit, HeuristicLength
 from .draft_vocab import VocabMapping, resolve_vocab
 
@@ -69,6 +69,10 @@ class DraftModelOptions(BaseModel):
     fast_forward: bool = Field(True, description="run Llama/Mistral/Qwen2 drafts through specdec's lean fused "
                                                  "forward (drafters/draft_fast.py); other models always use "
                                                  "transformers' forward")
+    draft_weights: WeightFormat = Field(
+        "model", description="weights of the lean forward: model (the draft's own), int8 (per-channel copies, "
+                             "bfloat16 activations; CPU with torch._weight_int8pack_mm) or float16. Drafts only "
+                             "propose, so this changes speed and acceptance, never the verified output")
 
     @field_validator("model")
     @classmethod
@@ -187,7 +191,10 @@ class DraftModelDrafter(Drafter):
             body = torch.as_tensor(prompt[:-1], dtype=torch.long)
             prefill[row, : len(body)] = body
         self._runner.prefill(self.vocab.to_draft_ids(prefill), torch.tensor([len(p) - 1 for p in prompts]))
-        self._fast = fast_forward_for(self.model) if opts.fast_forward else None
+        if opts.draft_weights == "int8" and not int8_available(self.model.get_input_embeddings().weight.device):
+            raise DrafterError("draft_model: draft_weights='int8' needs the draft on a CPU and a torch with "
+                               "_weight_int8pack_mm; use 'model' or 'float16'")
+        self._fast = fast_forward_for(self.model, weights=opts.draft_weights) if opts.fast_forward else None
         self._rows = list(range(batch))
         self._last = None
         self._stats = {"draft_vocab": self.vocab.describe(), "draft_forwards": 0, "draft_cache_peak_bytes": 0}

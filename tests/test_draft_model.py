@@ -280,6 +280,15 @@ def test_fast_forward_on_and_off_give_greedy_output(target, expected, close_draf
     assert out.sequences == expected
 
 
+@pytest.mark.parametrize("weights", ["int8", "float16"])
+def test_draft_weight_formats_change_drafts_not_output(target, expected, close_draft, weights):
+    out = _run(target, PROMPTS, model=close_draft, draft_weights=weights)
+    assert out.sequences == expected
+    assert out.stats.accepted_tokens > 0
+    with pytest.raises(PluginOptionsError):
+        _run(target, PROMPTS, model=close_draft, draft_weights="int4")
+
+
 @pytest.mark.parametrize("schedule", ["heuristic", "confidence"])
 def test_batched_rows_draft_exactly_as_alone(target, close_draft, schedule):
     """Rows that stop drafting early are left out of later greedy draft forwards (the fast path's
