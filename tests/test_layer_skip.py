@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
-from specdec.drafters.layerskip.adaptive import AdaptiveOptions, ExitState
+from specdec.drafters.layerskip.adaptive import AdaptiveOptions, exit_rule
 from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
 from specdec.drafters.layerskip.search import SearchSettings, main, search_skip_set
 from specdec.drafters.layerskip.skipping import LayerSkipper
@@ -199,18 +199,18 @@ def test_missing_skip_set_and_unsupported_models() -> None:
 
 def test_adaptive_update_rule() -> None:
     options = AdaptiveOptions()  # gamma0 .6, eps .01, beta1 .5, beta2 .9, alpha .9
-    state = ExitState(gamma=0.6)
-    state.update(accepted=1, drafted=4, max_draft=12, options=options)  # AR = .25 <= alpha: raise
-    assert state.acceptance == 0.25 and state.gamma == pytest.approx(0.601)
-    state.update(accepted=4, drafted=4, max_draft=12, options=options)  # AR = .625: still raise
-    assert state.acceptance == pytest.approx(0.625) and state.gamma == pytest.approx(0.602)
-    state.update(accepted=4, drafted=4, max_draft=12, options=options)  # AR .8125: raise
-    assert state.gamma == pytest.approx(0.603)
-    state.update(accepted=4, drafted=4, max_draft=12, options=options)  # AR .906 > alpha: lower
-    assert state.acceptance == pytest.approx(0.90625) and state.gamma == pytest.approx(0.602)
-    before = state.gamma
-    state.update(accepted=12, drafted=12, max_draft=12, options=options)  # at max length: unchanged
-    assert state.gamma == before
+    state = exit_rule(options, 0.6)
+    state.update(drafted=4, accepted=1, drafted_full_length=False)  # AR = .25 <= alpha: raise
+    assert state.rate == 0.25 and state.threshold == pytest.approx(0.601)
+    state.update(drafted=4, accepted=4, drafted_full_length=False)  # AR = .625: still raise
+    assert state.rate == pytest.approx(0.625) and state.threshold == pytest.approx(0.602)
+    state.update(drafted=4, accepted=4, drafted_full_length=False)  # AR .8125: raise
+    assert state.threshold == pytest.approx(0.603)
+    state.update(drafted=4, accepted=4, drafted_full_length=False)  # AR .906 > alpha: lower
+    assert state.rate == pytest.approx(0.90625) and state.threshold == pytest.approx(0.602)
+    before = state.threshold
+    state.update(drafted=12, accepted=12, drafted_full_length=True)  # at max length: unchanged
+    assert state.threshold == before
 
 
 def test_adaptive_exit_drafts_less_than_fixed() -> None:

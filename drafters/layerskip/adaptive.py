@@ -14,9 +14,9 @@ Like the official code, gamma is not lowered when the round already drafted the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pydantic import BaseModel, ConfigDict, Field
+
+from ..draft_schedule import ConfidenceExit
 
 
 class AdaptiveOptions(BaseModel):
@@ -32,27 +32,7 @@ class AdaptiveOptions(BaseModel):
                                                 "the paper's evaluation does")
 
 
-@dataclass
-class ExitState:
-    """Threshold and smoothed acceptance rate of one sequence."""
-
-    gamma: float
-    acceptance: float | None = None  # None until the first round
-
-    def update(self, accepted: int, drafted: int, max_draft: int, options: AdaptiveOptions) -> None:
-        """Apply the paper's update after a round that drafted `drafted` tokens and kept `accepted`."""
-        if drafted <= 0:
-            return
-        rate = accepted / drafted
-        if self.acceptance is None:
-            self.acceptance = rate
-        else:
-            self.acceptance = options.beta1 * self.acceptance + (1.0 - options.beta1) * rate
-        if self.acceptance <= options.alpha:
-            proposal = self.gamma + options.epsilon
-        elif drafted >= max_draft:
-            return  # already drafting the maximum: a lower threshold cannot help
-        else:
-            proposal = self.gamma - options.epsilon
-        gamma = options.beta2 * self.gamma + (1.0 - options.beta2) * proposal
-        self.gamma = min(1.0, max(0.0, gamma))
+def exit_rule(options: AdaptiveOptions, gamma: float) -> ConfidenceExit:
+    """One row's threshold (starting at `gamma`) and smoothed acceptance rate, updated by the rule above,
+    which lives once in `drafters/draft_schedule.py` (draft_model's confidence schedule uses it too)."""
+    return ConfidenceExit(gamma, True, options.alpha, options.epsilon, options.beta1, options.beta2)

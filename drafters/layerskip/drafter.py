@@ -36,7 +36,8 @@ from specdec.plugins import DecodeState, Drafter, GenerationContext
 from specdec.sampling import process_logits, sample
 
 from ..draft_fast import FastDraftForward, WeightFormat, fast_forward_for, int8_available
-from .adaptive import AdaptiveOptions, ExitState
+from ..draft_schedule import ConfidenceExit
+from .adaptive import AdaptiveOptions, exit_rule
 from .skipping import LayerSkipper, layout_for
 from .skipset import SkipSet, find_shipped_skip_set, load_skip_set, read_skip_file
 
@@ -76,7 +77,7 @@ class LayerSkipDrafter(Drafter):
         self.skip_set: SkipSet | None = None
         self.head_tokens: torch.Tensor | None = None  # token id of each reduced-head column; None = full
         self._vocab_size = 0
-        self._rows: dict[int, ExitState] = {}
+        self._rows: dict[int, ConfidenceExit] = {}
         self._gamma = self.options.gamma0  # carried across generate calls when carry_gamma
         self.draft_forwards = 0  # scratch forwards run, for cost accounting (search, benchmarks)
         self.lean_forwards = 0  # of which on the lean path (the rest went through transformers' forward)
@@ -156,9 +157,9 @@ class LayerSkipDrafter(Drafter):
         if not self.options.carry_gamma:
             self._gamma = self.options.gamma0
 
-    def _exit_state(self, row: int) -> ExitState:
+    def _exit_state(self, row: int) -> ConfidenceExit:
         if row not in self._rows:
-            self._rows[row] = ExitState(gamma=self._gamma)
+            self._rows[row] = exit_rule(self.options, self._gamma)
         return self._rows[row]
 
     # -- drafting ----------------------------------------------------------------------------
@@ -173,7 +174,7 @@ class LayerSkipDrafter(Drafter):
             return Draft.empty(batch)
         greedy = state.sampling.greedy
         adaptive = self.options.adaptive
-        gammas = torch.tensor([self._exit_state(row).gamma for row in state.row_ids])
+        gammas = torch.tensor([self._exit_state(row).threshold for row in state.row_ids])
         tokens = torch.zeros(batch, steps, dtype=torch.long)
         q_rows: list[torch.Tensor] = []
         lengths = torch.zeros(batch, dtype=torch.long)
@@ -239,11 +240,11 @@ class LayerSkipDrafter(Drafter):
         drafted = draft.num_nodes.tolist()
         accepted = verdict.num_accepted.tolist()
         for b, row in enumerate(state.row_ids):
-            self._exit_state(row).update(accepted[b], drafted[b], self.options.max_draft, self.options)
+            self._exit_state(row).update(drafted[b], accepted[b], drafted[b] >= self.options.max_draft)
 
     def finish(self) -> None:
         if self.options.carry_gamma and self._rows:
-            self._gamma = sum(s.gamma for s in self._rows.values()) / len(self._rows)
+            self._gamma = sum(s.threshold for s in self._rows.values()) / len(self._rows)
 
     @property
     def gamma(self) -> float:
