@@ -32,6 +32,9 @@ from .stopping import StopChecker
 from .target import TargetRunner, context_length, model_device
 from .validation import prune_draft, validate_draft, validate_verdict
 
+#: Cache slots reserved per row beyond prompt + output for the draft of a step (grown when exceeded).
+DRAFT_SLOTS_RESERVED = 16
+
 
 @dataclass
 class EngineConfig:
@@ -131,7 +134,9 @@ class SpeculativeEngine:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         longest = max(len(p) for p in prompts)
-        capacity = longest + max(budgets) + config.max_draft_nodes + 2
+        # Room for the prompt, the output and a typical draft; a wider draft grows the buffers (by a quarter,
+        # once or twice near the end of a run) instead of every run reserving max_draft_nodes slots per row.
+        capacity = longest + max(budgets) + min(config.max_draft_nodes, DRAFT_SLOTS_RESERVED) + 2
         target = TargetRunner(self.model, batch, capacity, padded=config.batch_mode == "padded",
                               packed_inputs=config.packed_inputs)
         prefill_ids = torch.zeros(batch, max(longest - 1, 0), dtype=torch.long)

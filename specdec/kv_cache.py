@@ -59,7 +59,7 @@ class RaggedLayer(CacheLayerMixin):
 
     def _grow(self, needed: int) -> None:
         old_bytes = self._bytes()
-        new_capacity = max(needed, 2 * self.capacity)
+        new_capacity = max(needed, self.capacity + self.capacity // 4)
         pad = new_capacity - self.keys.shape[2]
         self.keys = torch.nn.functional.pad(self.keys, (0, 0, 0, pad))
         self.values = torch.nn.functional.pad(self.values, (0, 0, 0, pad))

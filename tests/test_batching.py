@@ -210,3 +210,19 @@ def test_packed_inputs_switch_is_explicit() -> None:
         specdec.generate(_model(), prompts, drafter="anpd", packed_inputs="yes")
     out = specdec.generate(_model(), prompts, drafter="anpd", max_new_tokens=NEW_TOKENS, packed_inputs=True)
     assert out.sequences == [list(_alone(tuple(p))) for p in prompts]
+
+
+@pytest.mark.parametrize("batch_mode", ["unpadded", "padded"])
+def test_drafts_wider_than_the_reserved_slots_grow_the_cache(batch_mode: str) -> None:
+    """The engine reserves DRAFT_SLOTS_RESERVED draft slots per row, not max_draft_nodes: wider trees
+    near the end of a run grow the buffers, and outputs stay identical."""
+    from specdec.engine import DRAFT_SLOTS_RESERVED
+
+    prompts = _prompts(3)
+    wide = RandomTreeDrafter(VOCAB, seed=11, max_nodes=3 * DRAFT_SLOTS_RESERVED)
+    out = specdec.generate(_model(), prompts, drafter=wide, verifier="exact", max_new_tokens=NEW_TOKENS,
+                           batch_mode=batch_mode)
+    narrow = specdec.generate(_model(), prompts, drafter="none", verifier="exact", max_new_tokens=NEW_TOKENS,
+                              batch_mode=batch_mode)
+    assert out.sequences == narrow.sequences == [list(_alone(tuple(p))) for p in prompts]
+    assert out.stats.kv_cache_bytes > narrow.stats.kv_cache_bytes  # the wide run's buffers grew
