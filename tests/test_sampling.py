@@ -85,8 +85,15 @@ def test_top_p_matches_a_full_sort(seed, vocab, top_p, scale):
     logits = torch.randn(3, vocab, generator=torch.Generator().manual_seed(seed)) * scale
     expected = _top_p_by_full_sort(logits, top_p)
     got = process_logits(logits, SamplingParams(temperature=1.0, top_p=top_p))
-    assert torch.equal(got > 0, expected > 0)
-    assert torch.allclose(got, expected, atol=1e-6)
+    # A token whose mass before it lies within float32 rounding of top_p may fall either side (the two
+    # softmaxes differ by ~1e-7: process_logits shifts logits by their max first); found by hypothesis
+    # (seed 4, vocab 5000, top_p 0.99075499: mass before 0.99075484). Every other token must agree.
+    sorted_probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)
+    before = torch.zeros_like(logits).scatter(-1, order, sorted_probs.cumsum(dim=-1) - sorted_probs)
+    decided = (before - top_p).abs() > 1e-5
+    assert torch.equal((got > 0) & decided, (expected > 0) & decided)
+    if bool(decided.all()):
+        assert torch.allclose(got, expected, atol=1e-6)
 
 
 def test_sample_follows_the_distribution_and_never_draws_zero_mass():
