@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="output directory (resumes if it has cells.jsonl)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="measure every cell again instead of resuming (after a code change)")
     parser.add_argument("--config", type=Path, help="sweep config (.yaml, .yml or .json)")
     parser.add_argument("--preset", choices=["quick", "full"], help="quick: every drafter, 2 prompts per category")
     parser.add_argument("--model", help='"default" (the bundled pair) or a local model directory')
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
 
             backend = RayBackend(None if args.ray == "local" else args.ray, num_workers=args.ray_workers)
         started = time.perf_counter()
-        cells, records = run_sweep(config, args.out, backend=backend, show_progress=not args.no_progress)
+        cells, records = run_sweep(config, args.out, backend=backend, show_progress=not args.no_progress,
+                                   fresh=args.fresh)
         elapsed = time.perf_counter() - started
     except (SpecDecError, ValueError, FileNotFoundError) as error:
         print(f"specdec bench: error: {error}", file=sys.stderr)

@@ -4,6 +4,7 @@ Every finished cell is stored at once, so an interrupted sweep resumes where it 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -61,12 +62,22 @@ def run_sweep(
     backend: Backend | None = None,
     show_progress: bool = True,
     after_cell: Callable[[dict[str, Any]], None] | None = None,
+    fresh: bool = False,
 ) -> tuple[list[Cell], list[dict[str, Any]]]:
-    """Run every cell not already finished in `out_dir`; return the cells and their records in plan order."""
+    """Run every cell not already finished in `out_dir`; return the cells and their records in plan order.
+    `fresh`: measure every cell again (an existing results file is kept beside as `.previous`). Resuming is
+    keyed on the cell's settings, not the code, so a re-run after a code change needs `fresh`."""
     config = config.with_none()
     load_failures = check_plugins(config)  # unknown names and bad options fail here, before any model loads
     cells = plan_cells(config, load_failures)
-    store = ResultStore(Path(out_dir) / RESULTS_FILE)
+    path = Path(out_dir) / RESULTS_FILE
+    if fresh and path.is_file():
+        path.replace(path.with_name(path.name + ".previous"))
+    store = ResultStore(path)
+    resumed = sum(store.done(c.cell_id) for c in cells)
+    if resumed:
+        print(f"resuming: {resumed} of {len(cells)} cells already measured in {path} (--fresh measures them again)",
+              file=sys.stderr)
     backend = backend if backend is not None else LocalBackend(show_progress)
     bar = tqdm(total=len(cells), desc="cells", disable=not show_progress, unit="cell")
     bar.update(sum(store.done(c.cell_id) for c in cells))

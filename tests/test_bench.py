@@ -126,6 +126,10 @@ def test_interrupted_sweep_resumes_without_redoing_cells(tiny_dir, data_files, t
     executed.clear()
     run_sweep(config, tmp_path, show_progress=False)
     assert executed == []
+    run_sweep(config, tmp_path, show_progress=False, fresh=True)  # after a code change: measure again
+    assert sorted(executed) == sorted(c.cell_id for c in cells)
+    assert len((tmp_path / RESULTS_FILE).read_text().splitlines()) == 4
+    assert (tmp_path / (RESULTS_FILE + ".previous")).is_file()
 
 
 def test_malformed_line_names_file_and_line(tmp_path):
