@@ -34,7 +34,7 @@ from specdec.rng import RowGenerators
 from specdec.sampling import SamplingParams, process_logits, sample
 from specdec.target import TargetRunner, context_length
 
-from .draft_fast import FastDraftForward, WeightFormat, fast_forward_for, int8_available
+from .draft_fast import FastDraftForward, WeightFormat, fast_forward_for
 from .draft_schedule import ConfidenceExit, HeuristicLength
 from .draft_vocab import VocabMapping, resolve_vocab
 
@@ -191,9 +191,6 @@ class DraftModelDrafter(Drafter):
             body = torch.as_tensor(prompt[:-1], dtype=torch.long)
             prefill[row, : len(body)] = body
         self._runner.prefill(self.vocab.to_draft_ids(prefill), torch.tensor([len(p) - 1 for p in prompts]))
-        if opts.draft_weights == "int8" and not int8_available(self.model.get_input_embeddings().weight.device):
-            raise DrafterError("draft_model: draft_weights='int8' needs the draft on a CPU and a torch with "
-                               "_weight_int8pack_mm; use 'model' or 'float16'")
         self._fast = fast_forward_for(self.model, weights=opts.draft_weights) if opts.fast_forward else None
         self._rows = list(range(batch))
         self._last = None

@@ -19,7 +19,7 @@ from .plugins import Drafter, Verifier
 from .rng import row_seeds
 from .sampling import SamplingParams
 from .stats import GenerationStats
-from .target import context_length, packed_inputs_unavailable, supports_packed_inputs
+from .target import check_packed_inputs, context_length
 
 PromptLike = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]] | torch.Tensor
 
@@ -164,8 +164,6 @@ def generate(
         raise ValueError(f"batch_mode must be 'unpadded' (EMS-SD) or 'padded' (vanilla), got {batch_mode!r}")
     if packed_inputs is not None and not isinstance(packed_inputs, bool):
         raise ValueError(f"packed_inputs must be True, False or None, got {packed_inputs!r}")
-    if packed_inputs and batch_mode == "padded":
-        raise ValueError("packed_inputs=True needs batch_mode='unpadded' (the padded mode is the vanilla method)")
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     # Plugins are resolved (and their options validated) before any model work.
     drafter_obj = resolve_drafter(drafter, drafter_options)
@@ -181,8 +179,7 @@ def generate(
         raise ValueError("a streamer works with a single prompt (batch size 1), as in transformers")
     stop_strings = (stop,) if isinstance(stop, str) else tuple(stop or ())
     check_model_supported(model)
-    if packed_inputs and not supports_packed_inputs(model):
-        raise ValueError(packed_inputs_unavailable(model))
+    check_packed_inputs(model, batch_mode == "padded", packed_inputs)
     row_seeds(seed, len(prompts))  # a bad seed fails here, before any model work
     config = EngineConfig(max_new_tokens=max_new_tokens, sampling=sampling, eos_token_ids=_eos_ids(model, eos_token_id),
                           stop_strings=stop_strings, max_draft_nodes=max_draft_nodes, batch_mode=batch_mode,

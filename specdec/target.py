@@ -93,12 +93,18 @@ def supports_packed_inputs(model: torch.nn.Module) -> bool:
             and hasattr(config, "_attn_implementation_internal"))
 
 
-def packed_inputs_unavailable(model: torch.nn.Module) -> str:
-    """Why `model` cannot take packed inputs (for a clear error when they are asked for)."""
-    config = model.config
-    return (f"packed inputs need a Llama-family model ({', '.join(sorted(_PACKABLE_MODEL_TYPES))}) on SDPA "
-            f"attention and transformers' AttentionInterface; got model_type "
-            f"{getattr(config, 'model_type', None)!r} with attention {getattr(config, '_attn_implementation', None)!r}")
+def check_packed_inputs(model: torch.nn.Module, padded: bool, packed_inputs: bool | None) -> None:
+    """A clear error when packed inputs are asked for (True) where they cannot happen (never a silent fallback)."""
+    if not packed_inputs:
+        return
+    if padded:
+        raise ValueError("packed_inputs=True needs batch_mode='unpadded' (the padded mode is the vanilla method)")
+    if not supports_packed_inputs(model):
+        config = model.config
+        raise ValueError(f"packed inputs need a Llama-family model ({', '.join(sorted(_PACKABLE_MODEL_TYPES))}) on "
+                         f"SDPA attention and transformers' AttentionInterface; got model_type "
+                         f"{getattr(config, 'model_type', None)!r} with attention "
+                         f"{getattr(config, '_attn_implementation', None)!r}")
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -152,10 +158,8 @@ class TargetRunner:
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.embed = model.get_input_embeddings()
         # The vanilla padded mode keeps transformers' own attention: one shared write pointer, dense.
+        check_packed_inputs(model, padded, packed_inputs)
         self.ragged_attention = not padded and supports_packed_inputs(model)
-        if packed_inputs and not self.ragged_attention:
-            raise ValueError(packed_inputs_unavailable(model) if not padded else
-                             "packed inputs need batch_mode='unpadded' (the padded mode is the vanilla method)")
         self.packed_inputs = self.ragged_attention if packed_inputs is None else bool(packed_inputs)
 
     def _valid_slots(self, length: int) -> torch.Tensor:

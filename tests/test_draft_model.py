@@ -281,7 +281,7 @@ def test_fast_forward_on_and_off_give_greedy_output(target, expected, close_draf
 
 
 @pytest.mark.parametrize("weights", ["int8", "float16"])
-def test_draft_weight_formats_change_drafts_not_output(target, expected, close_draft, weights):
+def test_draft_weight_formats_keep_greedy_output(target, expected, close_draft, weights):
     out = _run(target, PROMPTS, model=close_draft, draft_weights=weights)
     assert out.sequences == expected
     assert out.stats.accepted_tokens > 0
