@@ -29,12 +29,19 @@ import specdec
 
 from .datasets import PromptBuilder, load_dataset
 from .machine import machine_info
+from .oracle import prompt_key, register_oracle
 
 MODES = ("autoregressive", "padded", "unpadded-kv", "unpadded", "unpadded-adaptive")
-# "unpadded-adaptive": the unpadded mode with each drafter's per-row adaptive draft length, which
-# stops drafting for rows whose drafts keep failing (a batch waits for its slowest row, and on a CPU
-# every verified token costs compute). Drafter defaults, not tuned on these prompts.
-ADAPTIVE_OPTIONS = {"anpd": {"schedule": "heuristic"}, "draft_model": {"schedule": "confidence"}}
+# "unpadded-adaptive": the unpadded mode with each drafter's per-row rules that draft less where
+# guesses fail (a batch waits for its slowest row, and on a CPU every verified token costs compute).
+# anpd: the heuristic length and no drafting from one-token n-gram matches (min_match=2), the best of
+# {paper, heuristic, min_match=2, both} at B=4 and 8 on 32 other Spec-Bench prompts; draft_model: its
+# confidence exit (Draft & Verify, gamma 0.4).
+ADAPTIVE_OPTIONS = {"anpd": {"schedule": "heuristic", "min_match": 2}, "draft_model": {"schedule": "confidence"}}
+# Oracle cells ("oracle@p", unpadded mode): a drafter of known quality that guesses the autoregressive
+# output with per-token accuracy p. They show what acceptance speculation needs at each batch size on
+# this machine, apart from any real drafter's quality.
+ORACLE_PREFIX = "oracle@"
 
 
 def load_prompts(tokenizer, context: int, count: int, new_tokens: int, max_prompt: int) -> list[list[int]]:
@@ -49,6 +56,9 @@ def run_cell(target, prompts, mode: str, drafter: str, options: dict, new_tokens
     unpadded-kv (the unpadded cache with inputs padded to the widest row: EMS-SD's ablation) or
     unpadded-adaptive (unpadded with the drafter's adaptive draft length)."""
     kwargs = dict(max_new_tokens=new_tokens, verifier="exact", eos_token_id=[])
+    if drafter.startswith(ORACLE_PREFIX):
+        options = {**options, "accuracy": float(drafter[len(ORACLE_PREFIX):])}
+        drafter = "oracle"
     if mode == "autoregressive":
         return specdec.generate(target, prompts, drafter="none", **kwargs)
     if mode == "unpadded-adaptive":
@@ -74,6 +84,7 @@ def _cell_row(batch: int, mode: str, drafter: str, runs: list[tuple[float, float
     cpu = _median([c for _, c, _ in runs])
     decode_cpu = _median([c - setup for _, c, setup in runs])
     wall = min(w for w, _, _ in runs)
+    drafted = sum(s.drafted_tokens for s in stats)
     return {
         "batch": batch, "mode": mode, "drafter": drafter, "batches": len(outputs), "tokens": tokens,
         "seconds": wall, "cpu_seconds": cpu, "decode_cpu_seconds": decode_cpu,
@@ -82,6 +93,7 @@ def _cell_row(batch: int, mode: str, drafter: str, runs: list[tuple[float, float
         "tokens_per_second": tokens / wall, "tokens_per_cpu_second": tokens / cpu,
         "decode_tokens_per_cpu_second": tokens / decode_cpu,
         "tau": tokens / sum(s.steps for s in stats),
+        "acceptance_rate": sum(s.accepted_tokens for s in stats) / drafted if drafted else 0.0,
         "equal_to_autoregressive": [seq for out in outputs for seq in out.sequences] == reference,
         "kv_padding_ratio": sum(s.kv_holes_added for s in stats) / tokens if tokens else 0.0,
         "input_padding_ratio": 1.0 - sum(s.useful_input_slots for s in stats) / slots if slots else 0.0,
@@ -99,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drafters", nargs="+", default=["anpd", "draft_model"])
     parser.add_argument("--modes", nargs="+", default=list(MODES[1:]),
                         choices=MODES[1:], help="speculative cells per drafter (autoregressive always runs)")
+    parser.add_argument("--oracle-accuracies", type=float, nargs="*", default=[1.0, 0.8, 0.6, 0.4],
+                        help="oracle cells (unpadded mode): per-token chance that the oracle's guess is right")
+    parser.add_argument("--oracle-length", type=int, default=3, help="tokens the oracle guesses per step")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--max-prompt-tokens", type=int, default=384, help="left-truncate prompts to this")
     parser.add_argument("--repeats", type=int, default=1,
@@ -117,6 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     context = target.config.max_position_embeddings
     all_prompts = load_prompts(tokenizer, context, args.prompts, args.new_tokens, args.max_prompt_tokens)
     specdec.generate(target, all_prompts[:2], drafter="none", max_new_tokens=4)  # warm-up
+    if args.oracle_accuracies:
+        register_oracle()
+        greedy = specdec.generate(target, all_prompts, drafter="none", max_new_tokens=args.new_tokens,
+                                  eos_token_id=[]).sequences
+        oracle = {"continuations": {prompt_key(p): seq for p, seq in zip(all_prompts, greedy)},
+                  "draft_length": args.oracle_length}
+        options.update({f"{ORACLE_PREFIX}{accuracy:g}": oracle for accuracy in args.oracle_accuracies})
     result = {"command": "python -m specdec.benchmarks.batching " + " ".join(argv or sys.argv[1:]),
               "machine": machine_info(), "new_tokens": args.new_tokens, "repeats": args.repeats,
               "prompt_lengths": [len(p) for p in all_prompts], "rows": []}
@@ -124,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = result["rows"]
     for batch in args.batch_sizes:
         batches = [all_prompts[i : i + batch] for i in range(0, len(all_prompts), batch)]
-        cells = [("autoregressive", "none")] + [(m, d) for d in args.drafters for m in args.modes]
+        cells = ([("autoregressive", "none")] + [(m, d) for d in args.drafters for m in args.modes]
+                 + [("unpadded", f"{ORACLE_PREFIX}{accuracy:g}") for accuracy in args.oracle_accuracies])
         runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {cell: [] for cell in cells}
         outputs: dict[tuple[str, str], list[specdec.GenerationOutput]] = {}
         for _ in range(args.repeats):
@@ -183,7 +206,7 @@ def write_outputs(result: dict, out: Path) -> None:
                      f"{'yes' if r['equal_to_autoregressive'] else '**NO**'} |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
     figure, (axis, decode_axis, pad_axis) = plt.subplots(1, 3, figsize=(16, 4.8))
-    series = sorted({(r["mode"], r["drafter"]) for r in rows})
+    series = sorted({(r["mode"], r["drafter"]) for r in rows if not r["drafter"].startswith(ORACLE_PREFIX)})
     for mode, drafter in series:
         label = "autoregressive" if mode == "autoregressive" else f"{drafter} ({mode})"
         style = {"unpadded": "-", "unpadded-adaptive": "-", "unpadded-kv": "-.", "padded": "--"}.get(mode, ":")
@@ -202,7 +225,8 @@ def write_outputs(result: dict, out: Path) -> None:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     axis.set_ylabel("generated tokens per CPU-second (median)")
     axis.set_title("End to end (prefill included)")
     decode_axis.set_ylabel("generated tokens per decode CPU-second (median)")
@@ -211,6 +235,35 @@ def write_outputs(result: dict, out: Path) -> None:
     pad_axis.set_title("Padding of the padded mode")
     figure.tight_layout()
     figure.savefig(out / "throughput.png", dpi=120)
+    plt.close(figure)
+    if any(r["drafter"].startswith(ORACLE_PREFIX) for r in rows):
+        _plot_break_even(plt, rows, ar, out / "break_even.png")
+
+
+def _plot_break_even(plt, rows: list[dict], ar: dict[int, dict], path: Path) -> None:
+    """Speedup over autoregressive decoding per batch size: oracles of known accuracy beside the real drafters."""
+    figure, axis = plt.subplots(figsize=(7.5, 4.8))
+    labels = sorted({r["drafter"] for r in rows if r["drafter"].startswith(ORACLE_PREFIX)}, reverse=True)
+    cells = [("unpadded", label) for label in labels] + sorted(
+        {(r["mode"], r["drafter"]) for r in rows if r["mode"] in ("unpadded", "unpadded-adaptive")
+         and not r["drafter"].startswith(ORACLE_PREFIX)})
+    for mode, drafter in cells:
+        chosen = [r for r in rows if r["mode"] == mode and r["drafter"] == drafter]
+        points = [(r["batch"], r["tokens_per_cpu_second"] / ar[r["batch"]]["tokens_per_cpu_second"]) for r in chosen]
+        accept = sum(r["acceptance_rate"] for r in chosen) / len(chosen)
+        oracle = drafter.startswith(ORACLE_PREFIX)
+        label = f"{drafter} ({mode}), acceptance {accept:.0%}" if not oracle else f"{drafter}, acceptance {accept:.0%}"
+        axis.plot(*zip(*points), ":" if oracle else "-", marker="s" if oracle else "o", label=label)
+    axis.axhline(1.0, color="black", linewidth=0.8)
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("batch size")
+    axis.set_ylabel("speedup over batched autoregressive (tok/CPU-s, end to end)")
+    axis.set_title("What acceptance a batch needs: oracles of known accuracy vs real drafters")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,12 @@ continuation. Unlike prompt lookup it can hop between places in the text mid-dra
 Beyond the paper, `branches > 1` makes a token tree: the top few continuations of each lookup
 become sibling nodes, expanded best-first (paths that deviate least from the top choices first)
 until `max_nodes`. Drafts are deterministic, so q is None.
+
+Match length (`min_match`, beyond the paper): a continuation found after a one-token context is
+often wrong (on the default model about 30% of such drafted tokens were accepted, against 60-90%
+after 2-4 tokens of context). With one sequence that costs little, but in a batch on a CPU every
+verified token costs compute (see benchmarks/results/batching), so `min_match=2` ends a draft
+where only a one-token match remains.
 """
 
 from __future__ import annotations
@@ -44,11 +50,16 @@ class AnpdOptions(BaseModel):
                                 "accepted draft, else -1, between 0 and k (a row whose drafts keep failing decodes "
                                 "plainly and probes every probe_after steps)")
     probe_after: int = Field(4, ge=1, le=64, description="heuristic: plain steps before a row drafts 1 token again")
+    min_match: int = Field(1, ge=1, le=15, description="shortest matched context (tokens) a lookup may draft from; "
+                                                       "1 = the paper's fallback down to bigrams, 2 = never draft "
+                                                       "from a one-token match (see 'Match length' above)")
 
     @model_validator(mode="after")
     def _check_budget(self) -> AnpdOptions:
         if self.branches == 1 and self.max_nodes is not None and self.max_nodes != self.k:
             raise ValueError("max_nodes is the tree budget; with branches=1 (a chain) set k instead")
+        if self.min_match > self.n - 1:
+            raise ValueError(f"min_match={self.min_match} can never match: the longest context is n - 1 = {self.n - 1}")
         if self.branches > 1 and self.schedule != "constant":
             raise ValueError('schedule="heuristic" adapts a chain\'s length; a tree (branches > 1) keeps depth k')
         return self
@@ -59,13 +70,14 @@ class AnpdOptions(BaseModel):
 
 
 def draft_chain(
-    table: NGramTable, context: list[int], depth: int, stop_on_miss: bool, filler: int, eos: frozenset[int]
+    table: NGramTable, context: list[int], depth: int, stop_on_miss: bool, filler: int, eos: frozenset[int],
+    min_match: int = 1,
 ) -> list[int]:
     """Alg. 1's draft loop: `depth` chained lookups, each on the committed context plus the draft so far."""
     context = list(context)
     draft: list[int] = []
     for _ in range(depth):
-        token = table.predict(context)
+        token = table.predict(context, min_match)
         if token is None:
             if stop_on_miss:
                 break
@@ -86,6 +98,7 @@ def draft_tree(
     stop_on_miss: bool,
     filler: int,
     eos: frozenset[int],
+    min_match: int = 1,
 ) -> tuple[list[int], list[int]]:
     """Best-first token tree: a candidate's cost is the sum of its path's continuation ranks (0 =
     most frequent), so the chain of top choices comes first, then one-deviation paths, shallow
@@ -99,7 +112,7 @@ def draft_tree(
         nonlocal order
         if node_depth >= depth:
             return
-        entry = table.lookup(path_context)
+        entry = table.lookup(path_context, min_match)
         if entry is None:
             choices = [] if stop_on_miss else [filler]
         else:
@@ -173,14 +186,15 @@ class AnpdDrafter(Drafter):
             wanted = options.k if self.lengths is None else self.lengths.length(row)
             depth = max(0, min(wanted, max_depth[b], self.engine_node_limit or options.k))
             if options.branches == 1 or depth == 0:
-                tokens = draft_chain(table, table.tail, depth, options.stop_on_miss, options.filler_token, self.eos)
+                tokens = draft_chain(table, table.tail, depth, options.stop_on_miss, options.filler_token, self.eos,
+                                     options.min_match)
                 parents = list(range(-1, len(tokens) - 1))
             else:
                 budget = options.node_budget
                 if self.engine_node_limit is not None:
                     budget = min(budget, self.engine_node_limit)
                 tokens, parents = draft_tree(table, table.tail, depth, options.branches, budget,
-                                             options.stop_on_miss, options.filler_token, self.eos)
+                                             options.stop_on_miss, options.filler_token, self.eos, options.min_match)
             rows.append((tokens, parents))
             if not tokens:
                 self._count("empty_drafts", 1)

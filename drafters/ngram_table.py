@@ -105,18 +105,18 @@ class NGramTable:
         """The last N-1 observed tokens (a copy): the context the next draft starts from."""
         return list(self._tail)
 
-    def lookup(self, context: Sequence[int]) -> Continuations | None:
-        """Multi-level query: the longest suffix of `context` (N-1 tokens down to 1) seen before,
-        and its continuations; None when even the last token was never followed by anything."""
+    def lookup(self, context: Sequence[int], min_width: int = 1) -> Continuations | None:
+        """Multi-level query: the longest suffix of `context` (N-1 tokens down to `min_width`) seen
+        before, and its continuations; None when no suffix that long was ever followed by anything."""
         size = len(context)
         contexts = self.contexts
-        for width in range(min(self.max_n - 1, size), 0, -1):
+        for width in range(min(self.max_n - 1, size), max(min_width, 1) - 1, -1):
             entry = contexts.get(tuple(context[size - width :]))
             if entry is not None:
                 return entry
         return None
 
-    def predict(self, context: Sequence[int]) -> int | None:
+    def predict(self, context: Sequence[int], min_width: int = 1) -> int | None:
         """The most frequent next token after the longest matching suffix, or None on a miss."""
-        entry = self.lookup(context)
+        entry = self.lookup(context, min_width)
         return entry.top[0] if entry is not None else None

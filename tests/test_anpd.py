@@ -88,6 +88,21 @@ def test_falls_back_to_shorter_contexts_then_misses() -> None:
     assert table.predict([]) is None
 
 
+def test_min_match_never_drafts_from_a_shorter_context() -> None:
+    table = NGramTable(5, keep=2, tokens=[3, 4, 5, 6, 9, 1, 2, 7, 8, 1, 2, 7])
+    assert table.predict([4, 6, 9, 5]) == 6  # only the one-token context (5,) was seen: -> 6
+    assert table.predict([4, 6, 9, 5], min_width=2) is None
+    assert table.predict([0, 1, 2], min_width=2) == 7  # (1, 2) -> 7 twice
+    assert table.predict([0, 1, 2], min_width=3) is None
+    # A chain ends where only a one-token match remains; a tree gets no node from one either.
+    assert draft_chain(table, [8, 5], 3, True, 0, NO_EOS)[:1] == [6]
+    assert draft_chain(table, [8, 5], 3, True, 0, NO_EOS, min_match=2) == []
+    assert draft_chain(table, [8, 5], 2, False, 17, NO_EOS, min_match=2) == [17, 17]
+    assert draft_chain(table, [0, 1, 2], 1, True, 0, NO_EOS, min_match=2) == [7]
+    assert draft_tree(table, [8, 5], 3, 2, 6, True, 0, NO_EOS, min_match=2) == ([], [])
+    assert draft_tree(table, [8, 5], 3, 2, 6, True, 0, NO_EOS)[0][:1] == [6]
+
+
 def test_chained_draft_uses_the_draft_so_far() -> None:
     tokens = [1, 2, 3, 1, 2, 4, 1, 2]
     table = NGramTable(3, tokens=tokens)
@@ -206,7 +221,8 @@ def test_greedy_identical_to_transformers(arch: str, options: dict) -> None:
         assert out.stats.new_tokens == 32
 
 
-@pytest.mark.parametrize("options", [{}, {"branches": 3}, {"schedule": "heuristic"}])
+@pytest.mark.parametrize("options", [{}, {"branches": 3}, {"schedule": "heuristic"},
+                                     {"schedule": "heuristic", "min_match": 2}, {"branches": 2, "min_match": 3}])
 def test_batch_of_different_lengths_identical_per_row(options: dict) -> None:
     model = tiny_model("llama", seed=1)
     generator = torch.Generator().manual_seed(0)
@@ -262,7 +278,8 @@ def test_is_the_default_drafter() -> None:
 
 @pytest.mark.parametrize("bad", [{"n": 1}, {"k": 0}, {"branches": 0}, {"max_nodes": 0, "branches": 2},
                                  {"max_nodes": 9}, {"nn": 3}, {"k": "many"}, {"filler_token": -1},
-                                 {"schedule": "heuristic", "branches": 2}, {"schedule": "sometimes"}])
+                                 {"schedule": "heuristic", "branches": 2}, {"schedule": "sometimes"},
+                                 {"min_match": 0}, {"n": 3, "min_match": 3}])
 def test_bad_options_are_rejected_before_model_work(bad: dict) -> None:
     with pytest.raises(PluginOptionsError):
         specdec.generate(object(), [1, 2], drafter="anpd", drafter_options=bad)

@@ -17,11 +17,13 @@ from specdec.benchmarks.cli import main as bench_main
 from specdec.benchmarks.config import ConfigError, SweepConfig, check_plugins
 from specdec.benchmarks.datasets import DatasetError, PromptBuilder, load_dataset
 from specdec.benchmarks.metrics import summarize
+from specdec.benchmarks.oracle import prompt_key, register_oracle
 from specdec.benchmarks.report import write_report
 from specdec.benchmarks.runner import RESULTS_FILE, run_sweep
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+import specdec
 from specdec import Draft, Drafter, Verdict, Verifier, register_drafter, register_verifier
 from specdec.errors import PluginLoadError, PluginNotFoundError, PluginOptionsError
 from specdec.registry import unregister
@@ -303,3 +305,25 @@ def test_per_sample_tau_is_per_row_at_batch_above_one(tiny_dir, data_files, tmp_
     assert batched == pytest.approx(alone)
     # CPU-time speedups are reported beside wall-clock ones (no value is asserted: timing).
     assert all(s["categories"]["overall"]["speedup_cpu"] is not None for s in summary)
+
+
+def test_oracle_accuracy_sets_how_often_its_guesses_are_right():
+    """The benchmark's oracle with accuracy p: output stays greedy, the same drafts in any batch, and the
+    share of guessed positions that are right follows p (0: every draft is one wrong token)."""
+    register_oracle()
+    model = tiny_model("llama", vocab=VOCAB)
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in (5, 9, 14, 7)]
+    greedy = specdec.generate(model, prompts, drafter="none", max_new_tokens=40).sequences
+    continuations = {prompt_key(p): seq for p, seq in zip(prompts, greedy)}
+    rates = {}
+    for accuracy in (0.0, 0.5, 1.0):
+        options = {"continuations": continuations, "draft_length": 4, "accuracy": accuracy}
+        batch = specdec.generate(model, prompts, drafter="oracle", drafter_options=options, max_new_tokens=40)
+        assert batch.sequences == greedy
+        alone = [specdec.generate(model, p, drafter="oracle", drafter_options=options,
+                                  max_new_tokens=40).stats.row_drafted[0] for p in prompts]
+        assert batch.stats.row_drafted == alone
+        rates[accuracy] = batch.stats.accepted_tokens / batch.stats.drafted_tokens
+    assert rates[0.0] == 0.0 and rates[1.0] == 1.0
+    assert 0.25 < rates[0.5] < 0.75

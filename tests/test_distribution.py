@@ -129,6 +129,7 @@ def test_rejection_with_the_draft_model_drafter(target, joints, branches):
     drafter = DraftModelDrafter(DraftModelDrafter.Options(model=perturbed_copy(target, scale=0.3, seed=1), k=2,
                                                           branches=branches))
     counts, stats = _generate_counts(target, drafter, "rejection", SETTINGS[setting])
+    assert stats.drafter_stats["draft_weights"] == "int8"  # the CPU default: q comes from the int8 copies
     assert stats.accepted_tokens > 0.2 * ROWS, stats.accepted_tokens
     assert chi_square_p_value(counts, joints[setting]) > P_VALUE_THRESHOLD
 
