@@ -85,6 +85,12 @@ def int8_available(device: torch.device) -> bool:
     return torch.device(device).type == "cpu" and hasattr(torch, "_weight_int8pack_mm")
 
 
+def default_weight_format(model: Any) -> WeightFormat:
+    """int8 where the model sits on a CPU and the kernel exists (drafting there follows weight bytes), else the
+    model's own weights: the default of every drafter and search that runs the lean forward."""
+    return "int8" if int8_available(model.get_input_embeddings().weight.device) else "model"
+
+
 class _Linear:
     """y = x W^T + b with W stored in a `WeightFormat`; y has x's dtype."""
 

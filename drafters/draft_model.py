@@ -34,7 +34,7 @@ from specdec.rng import RowGenerators
 from specdec.sampling import SamplingParams, process_logits, sample
 from specdec.target import TargetRunner, context_length
 
-from .draft_fast import FastDraftForward, WeightFormat, fast_forward_for, int8_available
+from .draft_fast import FastDraftForward, WeightFormat, default_weight_format, fast_forward_for
 from .draft_schedule import ConfidenceExit, HeuristicLength
 from .draft_vocab import VocabMapping, resolve_vocab
 
@@ -194,9 +194,7 @@ class DraftModelDrafter(Drafter):
             body = torch.as_tensor(prompt[:-1], dtype=torch.long)
             prefill[row, : len(body)] = body
         self._runner.prefill(self.vocab.to_draft_ids(prefill), torch.tensor([len(p) - 1 for p in prompts]))
-        weights = opts.draft_weights
-        if weights is None:
-            weights = "int8" if int8_available(self.model.get_input_embeddings().weight.device) else "model"
+        weights = opts.draft_weights or default_weight_format(self.model)
         self._fast = fast_forward_for(self.model, weights=weights) if opts.fast_forward else None
         self._rows = list(range(batch))
         self._last = None

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
+from specdec.drafters.draft_fast import default_weight_format
 from specdec.drafters.layerskip.adaptive import AdaptiveOptions, exit_rule
 from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
 from specdec.drafters.layerskip.search import SearchSettings, main, search_skip_set
@@ -235,6 +236,8 @@ def test_search_writes_loadable_file_and_resumes(tmp_path) -> None:
     assert load_skip_set(out, model) == first.skip
     timed = json.loads(cache.read_text())["evaluations"]
     assert len(first.history) == 2 and 1 <= len(timed) <= 2
+    # the unset weight format was resolved for this device before timing, and recorded as such
+    assert json.loads(cache.read_text())["settings"]["draft_weights"] == default_weight_format(model) == "int8"
 
     second = search_skip_set(model, prompts, 3, **kwargs)
     assert len(second.history) == 3

@@ -35,7 +35,7 @@ from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
 from specdec.sampling import process_logits, sample
 
-from ..draft_fast import FastDraftForward, WeightFormat, fast_forward_for, int8_available
+from ..draft_fast import FastDraftForward, WeightFormat, default_weight_format, fast_forward_for
 from ..draft_schedule import ConfidenceExit
 from .adaptive import AdaptiveOptions, exit_rule
 from .skipping import LayerSkipper, layout_for
@@ -146,9 +146,7 @@ class LayerSkipDrafter(Drafter):
             self._skipper = LayerSkipper(model, skip.attention, skip.mlp, head_tokens=head)
             self._skipper_key = key
         self.head_tokens = self._skipper.head_tokens
-        weights = self.options.draft_weights
-        if weights is None:
-            weights = "int8" if int8_available(model.get_input_embeddings().weight.device) else "model"
+        weights = self.options.draft_weights or default_weight_format(model)
         self._fast = (fast_forward_for(model, skip.attention, skip.mlp, head, weights)
                       if self.options.fast_forward else None)
         self._vocab_size = int(model.get_output_embeddings().weight.shape[0])

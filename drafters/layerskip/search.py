@@ -77,7 +77,9 @@ class SearchSettings(BaseModel):
     draft_vocab: int = Field(0, ge=0, description="draft scores the N most frequent tokens (0 = full vocabulary)")
     fast_forward: bool = Field(True, description="drafts run the lean fused forward (drafters/draft_fast.py) where "
                                                  "the architecture allows; the cost model times the same path")
-    draft_weights: WeightFormat = Field("int8", description="weights of the lean forward (see draft_fast.WeightFormat)")
+    draft_weights: WeightFormat | None = Field(
+        None, description="weights of the lean forward (see draft_fast.WeightFormat); default: as the drafter's "
+                          "(int8 where the model is on a CPU and torch has the kernel, else model)")
 
 
 @dataclass
@@ -171,13 +173,15 @@ def _median_cpu_ms(fn: Any, calls: int, rounds: int) -> float:
 @torch.no_grad()
 def measure_cost_model(model: Any, prompt: list[int], max_width: int, vocab_rankings: dict[int, list[int]],
                        calls: int = 20, rounds: int = 5, fast_forward: bool = True,
-                       draft_weights: WeightFormat = "int8") -> CostModel:
+                       draft_weights: WeightFormat | None = None) -> CostModel:
     """Time (CPU, this process) the forwards the cost model prices, on the engine's own cache code;
     drafts on the path the drafter takes (`fast_forward`: the lean forward where supported)."""
     from specdec.target import TargetRunner
 
-    from ..draft_fast import fast_forward_for
+    from ..draft_fast import default_weight_format, fast_forward_for
     from .skipping import LayerSkipper
+
+    draft_weights = draft_weights or default_weight_format(model)
 
     layers = count_layers(model)
     runner = TargetRunner(model, 1, len(prompt) + max_width + 8)
@@ -435,6 +439,10 @@ def search_skip_set(
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     settings = settings or SearchSettings()
+    if settings.draft_weights is None:  # resolved here, so the cache records what was timed
+        from ..draft_fast import default_weight_format
+
+        settings = settings.model_copy(update={"draft_weights": default_weight_format(model)})
     layers = count_layers(model)
     keys = [f"a{i:03d}" for i in range(layers)] + [f"m{i:03d}" for i in range(layers)]
     cache_file = Path(cache_path) if cache_path is not None else None
@@ -622,8 +630,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "prompts is recorded as the file's default draft_vocab")
     parser.add_argument("--transformers-forward", action="store_true",
                         help="draft through transformers' forward with blocks swapped out, not the lean fused forward")
-    parser.add_argument("--draft-weights", choices=["model", "float16", "int8"], default="int8",
-                        help="weights of the lean draft forward")
+    parser.add_argument("--draft-weights", choices=["model", "float16", "int8"], default=None,
+                        help="weights of the lean draft forward (default: int8 on a CPU with the kernel, else model)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
