@@ -192,8 +192,8 @@ def write_outputs(result: dict, out: Path) -> None:
     (out / "result.json").write_text(json.dumps(result, indent=2))
     rows = result["rows"]
     lines = ["| B | batches | mode | drafter | tok/CPU-s | speedup vs AR | decode tok/CPU-s | decode speedup vs AR | "
-             "tau | KV padding ratio | input padding | KV used MiB | KV allocated MiB | equal |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "tau | acceptance | KV padding ratio | input padding | KV used MiB | KV allocated MiB | equal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ar = {r["batch"]: r for r in rows if r["mode"] == "autoregressive"}
     for r in rows:
         base = ar[r["batch"]]
@@ -201,7 +201,7 @@ def write_outputs(result: dict, out: Path) -> None:
                      f"{r['tokens_per_cpu_second'] / base['tokens_per_cpu_second']:.2f}x | "
                      f"{r['decode_tokens_per_cpu_second']:.1f} | "
                      f"{r['decode_tokens_per_cpu_second'] / base['decode_tokens_per_cpu_second']:.2f}x | "
-                     f"{r['tau']:.2f} | {r['kv_padding_ratio']:.1%} | {r['input_padding_ratio']:.1%} | "
+                     f"{r['tau']:.2f} | {r['acceptance_rate']:.0%} | {r['kv_padding_ratio']:.1%} | {r['input_padding_ratio']:.1%} | "
                      f"{r['kv_used_bytes'] / 2**20:.1f} | {r['kv_cache_bytes'] / 2**20:.1f} | "
                      f"{'yes' if r['equal_to_autoregressive'] else '**NO**'} |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
