@@ -11,10 +11,10 @@ become sibling nodes, expanded best-first (paths that deviate least from the top
 until `max_nodes`. Drafts are deterministic, so q is None.
 
 Match length (`min_match`, beyond the paper): a continuation found after a one-token context is
-often wrong (on the default model about 30% of such drafted tokens were accepted, against 60-90%
-after 2-4 tokens of context). With one sequence that costs little, but in a batch on a CPU every
-verified token costs compute (see benchmarks/results/batching), so `min_match=2` ends a draft
-where only a one-token match remains.
+often wrong (on the default model about 30% of such drafted tokens were accepted, against 50-90%
+after 2-4 tokens of context). On a CPU every verified token costs compute, alone and more so in a
+batch (benchmarks/results/batching), so `min_match=2` ends a draft where only a one-token match
+remains (docs/anpd.md has the measurements). The default stays the paper's.
 """
 
 from __future__ import annotations
