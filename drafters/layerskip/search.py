@@ -44,7 +44,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..draft_fast import WeightFormat
+from ..draft_fast import WeightFormat, default_weight_format, fast_forward_for
 from .drafter import LayerSkipDrafter, LayerSkipOptions
 from .skipping import num_layers as count_layers
 from .skipset import SkipSet, model_fingerprint, save_skip_set
@@ -178,7 +178,6 @@ def measure_cost_model(model: Any, prompt: list[int], max_width: int, vocab_rank
     drafts on the path the drafter takes (`fast_forward`: the lean forward where supported)."""
     from specdec.target import TargetRunner
 
-    from ..draft_fast import default_weight_format, fast_forward_for
     from .skipping import LayerSkipper
 
     draft_weights = draft_weights or default_weight_format(model)
@@ -440,8 +439,6 @@ def search_skip_set(
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     settings = settings or SearchSettings()
     if settings.draft_weights is None:  # resolved here, so the cache records what was timed
-        from ..draft_fast import default_weight_format
-
         settings = settings.model_copy(update={"draft_weights": default_weight_format(model)})
     layers = count_layers(model)
     keys = [f"a{i:03d}" for i in range(layers)] + [f"m{i:03d}" for i in range(layers)]

@@ -14,25 +14,31 @@ the static predictions are printed beside the measured decode speedups to show h
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
 from specdec.benchmarks.batching import load_prompts
-from specdec.drafters.anpd import draft_chain
+from specdec.drafters.anpd import AnpdOptions, draft_chain
 from specdec.drafters.draft_schedule import HeuristicLength
 from specdec.drafters.ngram_table import NGramTable
 
 import specdec
 
-F, R, T, C = 10.86, 0.71, 0.48, 2.36  # step_cost.txt: ms per step, per row, per extra token, per 1000 cached
+# The fit that step_cost.py wrote: ms per step (F), per row (R), per extra verified token (T), per 1000 cached (C).
+_FIT = re.search(r"F ([\d.]+) per step, r ([\d.]+) per row, t ([\d.]+) per extra verified token, c ([\d.]+)",
+                 Path(__file__).with_name("step_cost.txt").read_text())
+F, R, T, C = (float(value) for value in _FIT.groups())
+PAPER = AnpdOptions()  # N and K of the drafter's defaults
 BATCH_SIZES = (1, 2, 4, 8, 16)
 
 
 def replay(prompt: list[int], output: list[int], heuristic: bool, min_match: int) -> list[tuple[int, int]]:
-    """(drafted tokens, cached tokens) of each step of anpd (N=5, K=7) on one prompt."""
-    table, lengths, done, steps = NGramTable(5, 1, prompt), HeuristicLength(7, 7, floor=0), 0, []
+    """(drafted tokens, cached tokens) of each step of anpd (the drafter's default N and K) on one prompt."""
+    k = PAPER.k
+    table, lengths, done, steps = NGramTable(PAPER.n, 1, prompt), HeuristicLength(k, k, floor=0, probe_after=PAPER.probe_after), 0, []
     while done < len(output):
-        depth = min(lengths.length(0) if heuristic else 7, len(output) - done - 1)
+        depth = min(lengths.length(0) if heuristic else k, len(output) - done - 1)
         draft = draft_chain(table, table.tail, depth, True, 0, frozenset(), min_match)
         accepted = 0
         while accepted < len(draft) and draft[accepted] == output[done + accepted]:
