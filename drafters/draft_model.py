@@ -186,20 +186,32 @@ class DraftModelDrafter(Drafter):
         self.heuristic = HeuristicLength(opts.k, self.depth_cap, opts.min_k, opts.probe_after)
         self.confidence.reset_rate()
 
-        prompts = context.prompts
-        batch, longest = len(prompts), max(len(p) for p in prompts)
-        self._runner = TargetRunner(self.model, batch, longest + context.max_new_tokens + nodes + 2)
-        prefill = torch.zeros(batch, max(longest - 1, 0), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            body = torch.as_tensor(prompt[:-1], dtype=torch.long)
-            prefill[row, : len(body)] = body
-        self._runner.prefill(self.vocab.to_draft_ids(prefill), torch.tensor([len(p) - 1 for p in prompts]))
+        self._prompts = context.prompts
+        self._capacity = max(len(p) for p in context.prompts) + context.max_new_tokens + nodes + 2
+        self._rows = context.first_rows
+        self._runner = self._prefilled(self._rows)
         weights = opts.draft_weights or default_weight_format(self.model)
         self._fast = fast_forward_for(self.model, weights=weights) if opts.fast_forward else None
-        self._rows = list(range(batch))
         self._last = None
         self._stats = {"draft_vocab": self.vocab.describe(), "draft_forwards": 0, "draft_cache_peak_bytes": 0,
                        "draft_weights": weights if self._fast is not None else "model (transformers forward)"}
+        self._track_memory()
+
+    def _prefilled(self, rows: list[int]) -> TargetRunner:
+        """A draft-model cache holding these rows' prompts but the last token (the first step feeds it)."""
+        prompts = [self._prompts[row] for row in rows]
+        runner = TargetRunner(self.model, len(rows), self._capacity)
+        prefill = torch.zeros(len(rows), max(max(len(p) for p in prompts) - 1, 0), dtype=torch.long)
+        for index, prompt in enumerate(prompts):
+            prefill[index, : len(prompt) - 1] = torch.as_tensor(prompt[:-1], dtype=torch.long)
+        runner.prefill(self.vocab.to_draft_ids(prefill), torch.tensor([len(p) - 1 for p in prompts]))
+        return runner
+
+    def admit(self, rows: list[int]) -> None:
+        """Continuous batching: prefill the joining rows' prompts on the draft model and add them to its
+        cache after the rows it holds (rows that left are dropped at the next `propose`)."""
+        self._runner.append_rows(self._prefilled(rows))
+        self._rows = self._rows + list(rows)
         self._track_memory()
 
     def _scratch(self, ids: torch.Tensor, offset: int, keep: torch.Tensor | None = None,

@@ -147,6 +147,7 @@ def generate(
     max_draft_nodes: int = 256,
     batch_mode: str = "unpadded",
     packed_inputs: bool | None = None,
+    max_batch_size: int | None = None,
 ) -> GenerationOutput:
     """Generate with speculative decoding. See the README for the accepted forms of each argument.
 
@@ -157,11 +158,21 @@ def generate(
     `packed_inputs` (unpadded mode): feed only each row's real tokens, packed, to the prefill and every
     verification (None = whenever the model supports it; True on a model that cannot is an error;
     False pads rows to the widest, EMS-SD's unpadded-KV-only ablation).
+
+    `max_batch_size` (unpadded mode): run at most this many prompts at once; when a row finishes, the
+    next waiting prompt is prefilled and takes its place (continuous batching), so a row that speculates
+    poorly no longer holds the others back. None runs every prompt in one batch. Outputs do not change.
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     if batch_mode not in ("unpadded", "padded"):
         raise ValueError(f"batch_mode must be 'unpadded' (EMS-SD) or 'padded' (vanilla), got {batch_mode!r}")
+    if max_batch_size is not None and (not isinstance(max_batch_size, int) or isinstance(max_batch_size, bool)
+                                       or max_batch_size <= 0):
+        raise ValueError(f"max_batch_size must be a positive integer or None, got {max_batch_size!r}")
+    if max_batch_size is not None and batch_mode == "padded":
+        raise ValueError("max_batch_size (continuous batching) needs batch_mode='unpadded': the padded mode's "
+                         "shared write pointer cannot take rows that join mid-generation")
     if packed_inputs is not None and not isinstance(packed_inputs, bool):
         raise ValueError(f"packed_inputs must be True, False or None, got {packed_inputs!r}")
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
@@ -183,7 +194,7 @@ def generate(
     row_seeds(seed, len(prompts))  # a bad seed fails here, before any model work
     config = EngineConfig(max_new_tokens=max_new_tokens, sampling=sampling, eos_token_ids=_eos_ids(model, eos_token_id),
                           stop_strings=stop_strings, max_draft_nodes=max_draft_nodes, batch_mode=batch_mode,
-                          packed_inputs=packed_inputs)
+                          packed_inputs=packed_inputs, max_batch_size=max_batch_size)
     engine = SpeculativeEngine(model, drafter_obj, verifier_obj, config, tokenizer=tokenizer, streamer=streamer,
                                seed=seed)
     with torch.inference_mode():  # no autograd bookkeeping anywhere in the loop (faster than no_grad)

@@ -16,6 +16,7 @@ first input of the next verification forward, so prefill, drafting and verificat
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ class EngineConfig:
     max_draft_nodes: int = 256
     batch_mode: str = "unpadded"  # "unpadded" (EMS-SD) or "padded" (the vanilla method, for comparison)
     packed_inputs: bool | None = None  # unpadded mode: pack verification inputs (None = when the model allows)
+    max_batch_size: int | None = None  # rows running at once; fewer than the prompts = continuous batching
 
 
 @dataclass
@@ -83,7 +85,8 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 
 class SpeculativeEngine:
-    """Runs one batch of prompts to completion with one drafter and one verifier."""
+    """Runs a list of prompts to completion with one drafter and one verifier, as one batch or (with
+    `max_batch_size`) as a continuously refilled one."""
 
     def __init__(
         self,
@@ -116,10 +119,13 @@ class SpeculativeEngine:
             raise DrafterError(f"drafter {self.drafter.name!r} raised in {what}: {error!r}") from error
 
     def generate(self, prompts: list[list[int]]) -> tuple[list[RowResult], GenerationStats]:
+        """Run every prompt to completion. With `config.max_batch_size` below the number of prompts,
+        at most that many rows run at once and a finished row's place goes to the next waiting prompt
+        (continuous batching), so one slow row no longer holds up the prompts behind it."""
         config = self.config
-        batch = len(prompts)
-        stats = GenerationStats(row_steps=[0] * batch, row_new_tokens=[0] * batch, row_drafted=[0] * batch,
-                                row_accepted=[0] * batch)
+        count = len(prompts)
+        stats = GenerationStats(row_steps=[0] * count, row_new_tokens=[0] * count, row_drafted=[0] * count,
+                                row_accepted=[0] * count)
         ctx = self.context
         budgets = []
         results = [RowResult() for _ in prompts]
@@ -129,40 +135,37 @@ class SpeculativeEngine:
                 budget = ctx - len(prompt)
                 results[row].finish_reason = "context_length"
             budgets.append(budget)
+        waiting = deque(row for row in range(count) if budgets[row] > 0)  # rows with no room never run
+        width = len(waiting) if config.max_batch_size is None else min(config.max_batch_size, len(waiting))
+        if width < len(waiting) and config.batch_mode == "padded":
+            raise ValueError("continuous batching (max_batch_size below the number of prompts) needs "
+                             "batch_mode='unpadded'")
+        active = [waiting.popleft() for _ in range(width)]
 
         started, cpu_started = time.perf_counter(), time.process_time()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        longest = max(len(p) for p in prompts)
-        # Room for the prompt, the output and a typical draft; a wider draft grows the buffers (by a quarter,
-        # once or twice near the end of a run) instead of every run reserving max_draft_nodes slots per row.
-        capacity = longest + max(budgets) + min(config.max_draft_nodes, DRAFT_SLOTS_RESERVED) + 2
-        target = TargetRunner(self.model, batch, capacity, padded=config.batch_mode == "padded",
-                              packed_inputs=config.packed_inputs)
-        prefill_ids = torch.zeros(batch, max(longest - 1, 0), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            prefill_ids[row, : len(prompt) - 1] = torch.as_tensor(prompt[:-1], dtype=torch.long)
-            prefill_ids[row, len(prompt) - 1 :] = prompt[-1]  # right padding: never attended to
-        target.prefill(prefill_ids, torch.tensor([len(p) - 1 for p in prompts]))
+        # Room for the longest prompt, the output and a typical draft; a wider draft grows the buffers (by a
+        # quarter, once or twice near the end of a run) instead of every run reserving max_draft_nodes slots.
+        capacity = (max(len(p) for p in prompts) + max(budgets) + min(config.max_draft_nodes, DRAFT_SLOTS_RESERVED)
+                    + 2)
+        target = self._prefilled(prompts, active, capacity)
         if self.streamer is not None:
             self.streamer.put(torch.tensor([prompts[0]], dtype=torch.long))
 
         sequences = [list(p) for p in prompts]
-        row_ids = list(range(batch))
-        generators = RowGenerators.seeded(row_seeds(self.seed, batch))
+        generators = RowGenerators.seeded(row_seeds(self.seed, count))
         stoppers = [StopChecker(config.eos_token_ids, config.stop_strings, self.tokenizer) for _ in prompts]
         context = GenerationContext(
             model=self.model, tokenizer=self.tokenizer, sampling=config.sampling, generator=generators,
             prompts=[list(p) for p in prompts], max_new_tokens=config.max_new_tokens,
             vocab_size=self.vocab_size, device=self.device, max_draft_nodes=config.max_draft_nodes,
+            rows=list(active),
         )
         stats.prefill_time = time.perf_counter() - started
         try:
             self._drafter_call("setup", self.drafter.setup, context)
             stats.setup_cpu_time = time.process_time() - cpu_started  # decode-only CPU = total - this
-            active = [row for row in row_ids if budgets[row] > 0]
-            if len(active) < batch:
-                target.select_rows(torch.tensor(active, dtype=torch.long))
             step = 0
             while active:
                 state = DecodeState(
@@ -176,8 +179,12 @@ class SpeculativeEngine:
                 if finished:
                     keep = [i for i, row in enumerate(active) if row not in finished]
                     active = [active[i] for i in keep]
-                    if active:
+                    joining = [waiting.popleft() for _ in range(min(width - len(active), len(waiting)))]
+                    if active or joining:
                         target.select_rows(torch.tensor(keep, dtype=torch.long))
+                    if joining:
+                        self._admit(target, prompts, joining, capacity, stats)
+                        active.extend(joining)
         finally:
             stats.kv_cache_bytes = target.cache.peak_bytes
             stats.kv_used_bytes = target.cache.peak_used_bytes
@@ -191,6 +198,30 @@ class SpeculativeEngine:
             if self.streamer is not None:
                 self.streamer.end()
         return results, stats
+
+    def _prefilled(self, prompts: list[list[int]], rows: list[int], capacity: int) -> TargetRunner:
+        """A runner holding `rows`' prompts, all but the last token (the first input of the first step)."""
+        config = self.config
+        target = TargetRunner(self.model, len(rows), capacity, padded=config.batch_mode == "padded",
+                              packed_inputs=config.packed_inputs)
+        longest = max((len(prompts[row]) for row in rows), default=1)
+        prefill_ids = torch.zeros(len(rows), max(longest - 1, 0), dtype=torch.long)
+        for index, row in enumerate(rows):
+            prompt = prompts[row]
+            prefill_ids[index, : len(prompt) - 1] = torch.as_tensor(prompt[:-1], dtype=torch.long)
+            prefill_ids[index, len(prompt) - 1 :] = prompt[-1]  # right padding: never attended to
+        target.prefill(prefill_ids, torch.tensor([len(prompts[row]) - 1 for row in rows]))
+        return target
+
+    def _admit(self, target: TargetRunner, prompts: list[list[int]], rows: list[int], capacity: int,
+               stats: GenerationStats) -> None:
+        """Prefill `rows` and add them after the running rows; their prefill and the drafter's admission
+        count as setup (prefill), not decoding."""
+        started, cpu_started = time.perf_counter(), time.process_time()
+        target.append_rows(self._prefilled(prompts, rows, capacity))
+        self._drafter_call("admit", self.drafter.admit, list(rows))
+        stats.prefill_time += time.perf_counter() - started
+        stats.setup_cpu_time += time.process_time() - cpu_started
 
     def _step(
         self,

@@ -112,6 +112,30 @@ class RaggedLayer(CacheLayerMixin):
             self.keys = self.keys.index_select(0, indices)
             self.values = self.values.index_select(0, indices)
 
+    def append_rows(self, other: RaggedLayer, own_rows: int, other_rows: int) -> None:
+        """Put `other`'s rows after this layer's (continuous batching: rows prefilled elsewhere join).
+        A side that never ran a forward (one-token prompts) contributes zero rows; slot == position
+        holds on both sides, so no slot moves."""
+        if not (self.is_initialized or other.is_initialized):
+            return
+        like = self if self.is_initialized else other
+        capacity = max(self.capacity, other.capacity)
+        parts = []
+        for layer, rows in ((self, own_rows), (other, other_rows)):
+            if layer.is_initialized:
+                pad = capacity - layer.keys.shape[2]
+                parts.append((torch.nn.functional.pad(layer.keys, (0, 0, 0, pad)),
+                              torch.nn.functional.pad(layer.values, (0, 0, 0, pad))))
+            else:
+                shape_k = (rows, like.keys.shape[1], capacity, like.keys.shape[3])
+                shape_v = (rows, like.values.shape[1], capacity, like.values.shape[3])
+                parts.append((like.keys.new_zeros(shape_k), like.values.new_zeros(shape_v)))
+        self.keys = torch.cat([keys for keys, _ in parts])
+        self.values = torch.cat([values for _, values in parts])
+        self.dtype, self.device = like.dtype, like.device
+        self.capacity = capacity
+        self.is_initialized = True
+
 
 class RaggedKVCache(Cache):
     """A transformers `Cache` whose rows grow independently; see the module docstring."""
@@ -161,6 +185,16 @@ class RaggedKVCache(Cache):
                 self.plan.allocated += layer._bytes()
         if self.plan.start.numel():
             self.plan.start = self.plan.start.index_select(0, indices.to(self.plan.start.device))
+
+    def append_rows(self, other: RaggedKVCache, own_rows: int, other_rows: int) -> None:
+        """Append `other`'s rows (same model) after this cache's `own_rows` rows; `other` is left empty."""
+        for layer, added in zip(self.layers, other.layers):
+            layer.append_rows(added, own_rows, other_rows)
+        self.plan.allocated = sum(layer._bytes() for layer in self.layers if layer.is_initialized)
+        self.plan.peak_bytes = max(self.plan.peak_bytes, self.plan.allocated)
+        self.plan.peak_row_slots = max(self.plan.peak_row_slots, other.plan.peak_row_slots)
+        self.plan.start = torch.zeros(own_rows + other_rows, dtype=torch.long)  # set again by the next forward
+        other.release()
 
     def release(self) -> None:
         for layer in self.layers:

@@ -41,6 +41,13 @@ class GenerationContext:
     vocab_size: int  # size of the target's output distribution
     device: torch.device
     max_draft_nodes: int  # the engine rejects drafts with more nodes than this per row
+    # Rows (indices into `prompts`) in the batch at the first step; None = every prompt. With continuous
+    # batching (`max_batch_size`) the other prompts join later, each announced by `Drafter.admit`.
+    rows: list[int] | None = None
+
+    @property
+    def first_rows(self) -> list[int]:
+        return list(range(len(self.prompts))) if self.rows is None else list(self.rows)
 
 
 @dataclass
@@ -48,7 +55,8 @@ class DecodeState:
     """The engine's live state as a drafter may read it at each step (read-only by contract).
 
     Rows are the active rows of the batch; `row_ids[b]` is the original prompt index of row b, so
-    a drafter keeps its per-row state keyed by row id and survives rows leaving the batch.
+    a drafter keeps its per-row state keyed by row id and survives rows leaving the batch. With
+    continuous batching rows also join: they come after the rows already running (see `Drafter.admit`).
     """
 
     row_ids: list[int]
@@ -95,6 +103,12 @@ class Drafter(ABC):
         """Learn from a verdict: `committed[b]` are the tokens row b just committed (accepted
         drafts then the bonus), `extra_logits` [B, E, V] the target's logits at the draft's extra slots.
         `state.sequences` already includes `committed`."""
+
+    def admit(self, rows: list[int]) -> None:  # noqa: B027 - optional hook
+        """Continuous batching: prompts `rows` (indices into the context's prompts) were prefilled and
+        join the batch; from the next step they follow the rows already running, in this order. A
+        drafter whose per-row state is keyed by row id and built lazily needs nothing here; one that
+        prepared only `context.first_rows` in `setup` (a draft model's cache) prepares these now."""
 
     def finish(self) -> None:  # noqa: B027 - optional hook
         """Release per-generation resources (caches); called even when generation fails."""

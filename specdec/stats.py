@@ -21,7 +21,9 @@ class GenerationStats:
     verify_time: float = 0.0
     other_time: float = 0.0
     prefill_time: float = 0.0
-    setup_cpu_time: float = 0.0  # process CPU seconds before the first step (prefill + drafter setup)
+    # Process CPU seconds of prefill and drafter setup: before the first step, plus rows joining later
+    # (continuous batching). Decode-only CPU time = total - this.
+    setup_cpu_time: float = 0.0
     peak_memory_bytes: int = 0  # CUDA: max allocated during the call; CPU: the process's peak RSS
     kv_cache_bytes: int = 0  # peak bytes allocated for the target's KV cache
     kv_slots: int = 0  # cache slots in use at the end (rows still in the batch)

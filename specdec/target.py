@@ -411,6 +411,18 @@ class TargetRunner:
         if self.slot_valid is not None:
             self.slot_valid = self.slot_valid.index_select(0, indices.to(self.device))
 
+    def append_rows(self, other: TargetRunner) -> None:
+        """Continuous batching: rows prefilled on `other` (same model, unpadded) join after this runner's
+        rows, keeping their lengths; `other` is released. The padded mode's shared write pointer would
+        have to jump for every joining row, so it is not supported."""
+        if self.slot_valid is not None or other.slot_valid is not None:
+            raise ValueError("rows can join a running batch only in batch_mode='unpadded'")
+        if other.model is not self.model:
+            raise ValueError("rows can join only a runner of the same model")
+        self.cache.append_rows(other.cache, len(self.lengths), len(other.lengths))
+        self.lengths = torch.cat([self.lengths, other.lengths])
+        self.write_start = torch.cat([self.write_start, other.write_start])
+
     def padding_slots(self) -> int:
         """Cache slots below the write position that hold no committed token (holes), summed over rows."""
         return int((self.write_start - self.lengths).sum())
