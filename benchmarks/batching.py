@@ -13,6 +13,11 @@ cache memory (used: the largest [rows, slots] region one forward read, i.e. what
 cache needs; allocated: the preallocated buffers). Every row's output is checked against batched
 autoregressive decoding (greedy, so they must be equal). The results README is written by hand from
 `table.md`, `result.json` and `throughput.png`.
+
+Continuous cells (`--modes continuous continuous-adaptive`) leave EMS-SD's protocol for serving's: the
+whole list in one call with at most B rows at once, a finished row's place taken by the next prompt
+(`max_batch_size=B`), so one slow row no longer holds up a whole batch; autoregressive decoding is then
+run that way too. `speedup.png` compares them with the static cells.
 """
 
 from __future__ import annotations
@@ -31,7 +36,12 @@ from .datasets import PromptBuilder, load_dataset
 from .machine import machine_info
 from .oracle import prompt_key, register_oracle
 
-MODES = ("autoregressive", "padded", "unpadded-kv", "unpadded", "unpadded-adaptive")
+MODES = ("autoregressive", "padded", "unpadded-kv", "unpadded", "unpadded-adaptive", "continuous",
+         "continuous-adaptive")
+# "continuous", "continuous-adaptive": not EMS-SD's static batches but continuous batching
+# (`max_batch_size=B`): the whole prompt list in one call, at most B rows at once, a finished row's
+# place taken by the next prompt. Autoregressive decoding then runs the same way too ("continuous"
+# with drafter none) as well as in static batches.
 # "unpadded-adaptive": the unpadded mode with each drafter's per-row rules that draft less where
 # guesses fail (a batch waits for its slowest row, and on a CPU every verified token costs compute).
 # anpd: the heuristic length and no drafting from one-token n-gram matches (min_match=2), the best of
@@ -51,17 +61,19 @@ def load_prompts(tokenizer, context: int, count: int, new_tokens: int, max_promp
     return prompts[:count]
 
 
-def run_cell(target, prompts, mode: str, drafter: str, options: dict, new_tokens: int) -> specdec.GenerationOutput:
+def run_cell(target, prompts, mode: str, drafter: str, options: dict, new_tokens: int,
+             max_batch_size: int | None = None) -> specdec.GenerationOutput:
     """mode: autoregressive, padded (vanilla), unpadded (EMS-SD: unpadded cache + packed inputs),
-    unpadded-kv (the unpadded cache with inputs padded to the widest row: EMS-SD's ablation) or
-    unpadded-adaptive (unpadded with the drafter's adaptive draft length)."""
-    kwargs = dict(max_new_tokens=new_tokens, verifier="exact", eos_token_id=[])
+    unpadded-kv (the unpadded cache with inputs padded to the widest row: EMS-SD's ablation),
+    unpadded-adaptive (unpadded with the drafter's adaptive draft length), or continuous[-adaptive]
+    (unpadded, `max_batch_size` rows at once, refilled from `prompts`)."""
+    kwargs = dict(max_new_tokens=new_tokens, verifier="exact", eos_token_id=[], max_batch_size=max_batch_size)
     if drafter.startswith(ORACLE_PREFIX):
         options = {**options, "accuracy": float(drafter[len(ORACLE_PREFIX):])}
         drafter = "oracle"
     if mode == "autoregressive":
         return specdec.generate(target, prompts, drafter="none", **kwargs)
-    if mode == "unpadded-adaptive":
+    if mode.endswith("-adaptive"):
         options = {**options, **ADAPTIVE_OPTIONS.get(drafter, {})}
     batch_mode = "padded" if mode == "padded" else "unpadded"
     packed = False if mode == "unpadded-kv" else None
@@ -146,15 +158,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = result["rows"]
     for batch in args.batch_sizes:
         batches = [all_prompts[i : i + batch] for i in range(0, len(all_prompts), batch)]
-        cells = ([("autoregressive", "none")] + [(m, d) for d in args.drafters for m in args.modes]
+        continuous = any(m.startswith("continuous") for m in args.modes)
+        cells = ([("autoregressive", "none")] + ([("continuous", "none")] if continuous else [])
+                 + [(m, d) for d in args.drafters for m in args.modes]
                  + [("unpadded", f"{ORACLE_PREFIX}{accuracy:g}") for accuracy in args.oracle_accuracies])
         runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {cell: [] for cell in cells}
         outputs: dict[tuple[str, str], list[specdec.GenerationOutput]] = {}
         for _ in range(args.repeats):
             for mode, drafter in cells:
                 start, cpu_start = time.perf_counter(), time.process_time()
-                outs = [run_cell(target, prompts, mode, drafter, options.get(drafter, {}), args.new_tokens)
-                        for prompts in batches]
+                if mode.startswith("continuous"):
+                    outs = [run_cell(target, all_prompts, mode, drafter, options.get(drafter, {}), args.new_tokens,
+                                     max_batch_size=batch)]
+                else:
+                    outs = [run_cell(target, prompts, mode, drafter, options.get(drafter, {}), args.new_tokens)
+                            for prompts in batches]
                 setup = sum(out.stats.setup_cpu_time for out in outs)
                 runs[mode, drafter].append((time.perf_counter() - start, time.process_time() - cpu_start, setup))
                 outputs[mode, drafter] = outs
@@ -210,7 +228,7 @@ def write_outputs(result: dict, out: Path) -> None:
     for mode, drafter in series:
         label = "autoregressive" if mode == "autoregressive" else f"{drafter} ({mode})"
         style = {"unpadded": "-", "unpadded-adaptive": "-", "unpadded-kv": "-.", "padded": "--"}.get(mode, ":")
-        marker = "^" if mode == "unpadded-adaptive" else "o"
+        marker = "^" if mode.endswith("-adaptive") else "o"
         for ax, key in ((axis, "tokens_per_cpu_second"), (decode_axis, "decode_tokens_per_cpu_second")):
             points = [(r["batch"], r[key]) for r in rows if r["mode"] == mode and r["drafter"] == drafter]
             ax.plot(*zip(*points), style, marker=marker, label=label)
@@ -238,6 +256,31 @@ def write_outputs(result: dict, out: Path) -> None:
     plt.close(figure)
     if any(r["drafter"].startswith(ORACLE_PREFIX) for r in rows):
         _plot_break_even(plt, rows, ar, out / "break_even.png")
+    if any(r["mode"].startswith("continuous") for r in rows):
+        _plot_speedup(plt, rows, ar, out / "speedup.png")
+
+
+def _plot_speedup(plt, rows: list[dict], ar: dict[int, dict], path: Path) -> None:
+    """Speedup over static batched autoregressive decoding per batch size: static vs continuous cells."""
+    figure, axis = plt.subplots(figsize=(7.5, 4.8))
+    cells = sorted({(r["mode"], r["drafter"]) for r in rows if r["mode"] not in ("autoregressive", "padded", "unpadded-kv")
+                    and not r["drafter"].startswith(ORACLE_PREFIX)})
+    for mode, drafter in cells:
+        points = [(r["batch"], r["tokens_per_cpu_second"] / ar[r["batch"]]["tokens_per_cpu_second"])
+                  for r in rows if r["mode"] == mode and r["drafter"] == drafter]
+        label = "autoregressive (continuous)" if drafter == "none" else f"{drafter} ({mode})"
+        axis.plot(*zip(*points), "-" if mode.startswith("continuous") else ":",
+                  marker="^" if mode.endswith("-adaptive") else "o", label=label)
+    axis.axhline(1.0, color="black", linewidth=0.8)
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("batch size (rows at once)")
+    axis.set_ylabel("speedup over static batched autoregressive (tok/CPU-s)")
+    axis.set_title("Static batches vs continuous batching, end to end")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def _plot_break_even(plt, rows: list[dict], ar: dict[int, dict], path: Path) -> None:

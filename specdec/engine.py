@@ -177,14 +177,18 @@ class SpeculativeEngine:
                 finished = self._step(state, target, sequences, results, stoppers, budgets, stats)
                 step += 1
                 if finished:
-                    keep = [i for i, row in enumerate(active) if row not in finished]
-                    active = [active[i] for i in keep]
-                    joining = [waiting.popleft() for _ in range(min(width - len(active), len(waiting)))]
-                    if active or joining:
-                        target.select_rows(torch.tensor(keep, dtype=torch.long))
-                    if joining:
-                        self._admit(target, prompts, joining, capacity, stats)
-                        active.extend(joining)
+                    done = [i for i, row in enumerate(active) if row in finished]
+                    joining = [waiting.popleft() for _ in range(min(len(done), len(waiting)))]
+                    if joining:  # the next prompts take finished rows' places
+                        self._admit(target, prompts, joining, done[: len(joining)], capacity, stats)
+                        for position, row in zip(done, joining):
+                            active[position] = row
+                    leaving = set(done[len(joining) :])
+                    if leaving:
+                        keep = [i for i in range(len(active)) if i not in leaving]
+                        active = [active[i] for i in keep]
+                        if active:
+                            target.select_rows(torch.tensor(keep, dtype=torch.long))
         finally:
             stats.kv_cache_bytes = target.cache.peak_bytes
             stats.kv_used_bytes = target.cache.peak_used_bytes
@@ -213,12 +217,12 @@ class SpeculativeEngine:
         target.prefill(prefill_ids, torch.tensor([len(prompts[row]) - 1 for row in rows]))
         return target
 
-    def _admit(self, target: TargetRunner, prompts: list[list[int]], rows: list[int], capacity: int,
-               stats: GenerationStats) -> None:
-        """Prefill `rows` and add them after the running rows; their prefill and the drafter's admission
-        count as setup (prefill), not decoding."""
+    def _admit(self, target: TargetRunner, prompts: list[list[int]], rows: list[int], positions: list[int],
+               capacity: int, stats: GenerationStats) -> None:
+        """Prefill `rows` into the places `positions` of finished rows; their prefill and the drafter's
+        admission count as setup (prefill), not decoding."""
         started, cpu_started = time.perf_counter(), time.process_time()
-        target.append_rows(self._prefilled(prompts, rows, capacity))
+        target.replace_rows(positions, self._prefilled(prompts, rows, capacity))
         self._drafter_call("admit", self.drafter.admit, list(rows))
         stats.prefill_time += time.perf_counter() - started
         stats.setup_cpu_time += time.process_time() - cpu_started

@@ -112,6 +112,19 @@ class RaggedLayer(CacheLayerMixin):
             self.keys = self.keys.index_select(0, indices)
             self.values = self.values.index_select(0, indices)
 
+    def replace_rows(self, positions: torch.Tensor, other: RaggedLayer) -> None:
+        """Write `other`'s rows over rows `positions` in place (continuous batching without copying the
+        rows that stay). Slots past a row's new length keep stale values: every mask excludes them."""
+        if not other.is_initialized:  # the joining rows' prompts were single tokens: nothing cached yet
+            return
+        if not self.is_initialized:
+            raise RuntimeError("rows can take places only in a cache that already holds rows")
+        if other.capacity > self.keys.shape[2]:
+            self._grow(other.capacity)
+        positions = positions.to(self.device)
+        self.keys[positions, :, : other.keys.shape[2]] = other.keys
+        self.values[positions, :, : other.values.shape[2]] = other.values
+
     def append_rows(self, other: RaggedLayer, own_rows: int, other_rows: int) -> None:
         """Put `other`'s rows after this layer's (continuous batching: rows prefilled elsewhere join).
         A side that never ran a forward (one-token prompts) contributes zero rows; slot == position
@@ -185,6 +198,13 @@ class RaggedKVCache(Cache):
                 self.plan.allocated += layer._bytes()
         if self.plan.start.numel():
             self.plan.start = self.plan.start.index_select(0, indices.to(self.plan.start.device))
+
+    def replace_rows(self, positions: torch.Tensor, other: RaggedKVCache) -> None:
+        """Rows `positions` [M] take `other`'s M rows (same model), in place; `other` is left empty."""
+        for layer, joining in zip(self.layers, other.layers):
+            layer.replace_rows(positions, joining)
+        self.plan.peak_row_slots = max(self.plan.peak_row_slots, other.plan.peak_row_slots)
+        other.release()
 
     def append_rows(self, other: RaggedKVCache, own_rows: int, other_rows: int) -> None:
         """Append `other`'s rows (same model) after this cache's `own_rows` rows; `other` is left empty."""

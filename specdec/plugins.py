@@ -56,7 +56,8 @@ class DecodeState:
 
     Rows are the active rows of the batch; `row_ids[b]` is the original prompt index of row b, so
     a drafter keeps its per-row state keyed by row id and survives rows leaving the batch. With
-    continuous batching rows also join: they come after the rows already running (see `Drafter.admit`).
+    continuous batching rows also join: a joining row takes the place of a row that finished (see
+    `Drafter.admit`), so a row id may appear at any index.
     """
 
     row_ids: list[int]
@@ -106,9 +107,9 @@ class Drafter(ABC):
 
     def admit(self, rows: list[int]) -> None:  # noqa: B027 - optional hook
         """Continuous batching: prompts `rows` (indices into the context's prompts) were prefilled and
-        join the batch; from the next step they follow the rows already running, in this order. A
-        drafter whose per-row state is keyed by row id and built lazily needs nothing here; one that
-        prepared only `context.first_rows` in `setup` (a draft model's cache) prepares these now."""
+        join the batch at the next step, each in the place of a row that finished. A drafter whose
+        per-row state is keyed by row id and built lazily needs nothing here; one that prepared only
+        `context.first_rows` in `setup` (a draft model's cache) prepares these now."""
 
     def finish(self) -> None:  # noqa: B027 - optional hook
         """Release per-generation resources (caches); called even when generation fails."""

@@ -411,14 +411,26 @@ class TargetRunner:
         if self.slot_valid is not None:
             self.slot_valid = self.slot_valid.index_select(0, indices.to(self.device))
 
-    def append_rows(self, other: TargetRunner) -> None:
-        """Continuous batching: rows prefilled on `other` (same model, unpadded) join after this runner's
-        rows, keeping their lengths; `other` is released. The padded mode's shared write pointer would
-        have to jump for every joining row, so it is not supported."""
+    def replace_rows(self, positions: list[int], other: TargetRunner) -> None:
+        """Continuous batching: rows prefilled on `other` (same model, unpadded) take the places of rows
+        `positions` that finished, in place, so the rows that stay are not copied; `other` is released."""
+        self._check_joining(other)
+        index = torch.tensor(positions, dtype=torch.long)
+        self.cache.replace_rows(index, other.cache)
+        self.lengths[index] = other.lengths
+        self.write_start[index] = other.write_start
+
+    def _check_joining(self, other: TargetRunner) -> None:
         if self.slot_valid is not None or other.slot_valid is not None:
             raise ValueError("rows can join a running batch only in batch_mode='unpadded'")
         if other.model is not self.model:
             raise ValueError("rows can join only a runner of the same model")
+
+    def append_rows(self, other: TargetRunner) -> None:
+        """Continuous batching: rows prefilled on `other` (same model, unpadded) join after this runner's
+        rows, keeping their lengths; `other` is released. The padded mode's shared write pointer would
+        have to jump for every joining row, so it is not supported."""
+        self._check_joining(other)
         self.cache.append_rows(other.cache, len(self.lengths), len(other.lengths))
         self.lengths = torch.cat([self.lengths, other.lengths])
         self.write_start = torch.cat([self.write_start, other.write_start])

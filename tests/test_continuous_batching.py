@@ -112,7 +112,8 @@ def test_finished_rows_are_replaced_in_prompt_order() -> None:
         if len({row for earlier in seen[: step + 1] for row in earlier}) < len(prompts):
             assert len(rows) == 3
     # Rows 0 and 2 speculate perfectly (4 drafts + bonus per step) and leave after 3 steps; row 1 does not.
-    assert seen[3] == [1, 3, 4]
+    # Prompts 3 and 4 take their places (in place: row 1's cache is not moved).
+    assert seen[2] == [0, 1, 2] and seen[3] == [3, 1, 4]
     static = specdec.generate(_model(), prompts, drafter=drafter, verifier="exact", max_new_tokens=NEW_TOKENS)
     assert out.stats.steps == static.stats.steps  # the same row-steps, regrouped
     assert out.stats.batch_steps > static.stats.batch_steps  # fewer rows at once take more steps
@@ -126,9 +127,12 @@ def test_admit_hook_and_first_rows() -> None:
     assert out.sequences == _expected(prompts)
     assert drafter.first_rows == [0, 1, 2, 3]
     assert sorted(row for rows in drafter.admitted for row in rows) == [4, 5, 6, 7]
-    for rows in drafter.admitted:  # admitted rows run at the end of the next step's batch
-        step = next(s for s in drafter.steps if rows[0] in s)
-        assert step[-len(rows):] == rows
+    for rows in drafter.admitted:  # admitted rows take the places of the rows that just finished
+        index = next(i for i, step in enumerate(drafter.steps) if rows[0] in step)
+        before, after = drafter.steps[index - 1], drafter.steps[index]
+        assert len(after) == len(before) == 4
+        replaced = [position for position, (old, new) in enumerate(zip(before, after)) if old != new]
+        assert [after[position] for position in replaced] == rows
     alone = RecordingDrafter()
     specdec.generate(_model(), prompts, drafter=alone, verifier="exact", max_new_tokens=NEW_TOKENS)
     assert alone.first_rows == list(range(len(prompts))) and alone.admitted == []
