@@ -24,13 +24,26 @@ def _model_row(name: str, recipe: dict, ev: dict) -> str:
     )
 
 
-def _train_line(name: str, c: dict) -> str:
-    return (
+def _train_line(name: str, m: dict) -> str:
+    c = m["config"]
+    line = (
         f"{name}: AdamW (betas 0.9/0.95, weight decay {c['weight_decay']}), peak LR {c['lr']}, "
         f"{c['warmup_steps']} warm-up steps then cosine to {c['min_lr_ratio']:.0%} of peak, "
         f"{'fp32 weights with bfloat16 autocast' if c.get('bf16_autocast') else 'fp32'}, "
         f"batch {c['batch_size']} x {c['seq_len']} tokens, {c['steps']} steps, seed {c['seed']}."
     )
+    if c.get("teacher"):
+        line += (
+            f" Distilled (preset `{c['name']}`): started from `{c['init_from']}` (weights sha256 "
+            f"`{m['init_from_sha256'][:16]}`), loss {c['kd_weight']:g} x KL(teacher || {name}) + "
+            f"{1 - c['kd_weight']:g} x next-token loss, teacher `{c['teacher']}` (sha256 `{m['teacher_sha256'][:16]}`);"
+            " tokens seen and training time above are this stage's."
+        )
+    return line
+
+
+def _distilled(recipe: dict) -> bool:
+    return bool(recipe["models"]["draft"]["config"].get("teacher"))
 
 
 def render(recipe: dict, ev: dict) -> str:
@@ -61,8 +74,10 @@ def render(recipe: dict, ev: dict) -> str:
         "",
         f"Tokenizer: byte-level BPE, vocabulary {ev['uniform_ppl']}, `<|endoftext|>` as bos/eos/pad, trained on the",
         "training split only; shared by both models. Context length 1024 (trained on 256-token blocks).",
-        *[_train_line(name, recipe["models"][name]["config"]) for name in ("target", "draft")],
-        "Both models are plain next-token LMs on the same corpus (no distillation).",
+        *[_train_line(name, recipe["models"][name]) for name in ("target", "draft")],
+        ("The draft is distilled on the target over the same corpus: it learns the target's next-token "
+         "distributions, which speculative decoding verifies against." if _distilled(recipe)
+         else "Both models are plain next-token LMs on the same corpus (no distillation)."),
         "",
         *([f"Training conditions: {recipe['note']}", ""] if recipe.get("note") else []),
         "## Corpus",
@@ -112,8 +127,17 @@ def render(recipe: dict, ev: dict) -> str:
         "```",
         "python -m specdec.zoo.tokenizer --out runs/tokenizer",
         f"python -m specdec.zoo.train target --steps {recipe['models']['target']['steps_planned']}",
-        f"python -m specdec.zoo.train draft --steps {recipe['models']['draft']['steps_planned']}",
-        "python -m specdec.zoo.export",
+        *([
+            "python -m specdec.zoo.train draft --steps 800",
+            "python -m specdec.zoo.export  # ships target and the plain draft, the distillation's start",
+            "mkdir -p runs/kd && cp -r runs/tokenizer runs/kd/tokenizer",
+            f"python -m specdec.zoo.train {recipe['models']['draft']['preset']} --run-dir runs/kd/draft "
+            "--tokenizer runs/kd/tokenizer",
+            "python -m specdec.zoo.export --runs runs/kd --only draft",
+        ] if _distilled(recipe) else [
+            f"python -m specdec.zoo.train draft --steps {recipe['models']['draft']['steps_planned']}",
+            "python -m specdec.zoo.export",
+        ]),
         "python -m specdec.zoo.evaluate --fp32-runs runs",
         "```",
         "",
