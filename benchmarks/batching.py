@@ -271,13 +271,20 @@ def _plot_speedup(plt, rows: list[dict], ar: dict[int, dict], path: Path) -> Non
         label = "autoregressive (continuous)" if drafter == "none" else f"{drafter} ({mode})"
         axis.plot(*zip(*points), "-" if mode.startswith("continuous") else ":",
                   marker="^" if mode.endswith("-adaptive") else "o", label=label)
+    _save_speedup_plot(plt, figure, axis, path, "batch size (rows at once)",
+                       "speedup over static batched autoregressive (tok/CPU-s)",
+                       "Static batches vs continuous batching, end to end", legend_size=8)
+
+
+def _save_speedup_plot(plt, figure, axis, path: Path, xlabel: str, ylabel: str, title: str, legend_size: int) -> None:
+    """The speedup plots' common frame: a line at 1.0 (autoregressive decoding), log2 batch axis."""
     axis.axhline(1.0, color="black", linewidth=0.8)
     axis.set_xscale("log", base=2)
-    axis.set_xlabel("batch size (rows at once)")
-    axis.set_ylabel("speedup over static batched autoregressive (tok/CPU-s)")
-    axis.set_title("Static batches vs continuous batching, end to end")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
+    axis.legend(fontsize=legend_size)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -297,16 +304,8 @@ def _plot_break_even(plt, rows: list[dict], ar: dict[int, dict], path: Path) -> 
         oracle = drafter.startswith(ORACLE_PREFIX)
         label = f"{drafter} ({mode}), acceptance {accept:.0%}" if not oracle else f"{drafter}, acceptance {accept:.0%}"
         axis.plot(*zip(*points), ":" if oracle else "-", marker="s" if oracle else "o", label=label)
-    axis.axhline(1.0, color="black", linewidth=0.8)
-    axis.set_xscale("log", base=2)
-    axis.set_xlabel("batch size")
-    axis.set_ylabel("speedup over batched autoregressive (tok/CPU-s, end to end)")
-    axis.set_title("What acceptance a batch needs: oracles of known accuracy vs real drafters")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save_speedup_plot(plt, figure, axis, path, "batch size", "speedup over batched autoregressive (tok/CPU-s, end to end)",
+                       "What acceptance a batch needs: oracles of known accuracy vs real drafters", legend_size=7)
 
 
 if __name__ == "__main__":
