@@ -20,7 +20,7 @@ def _model_row(name: str, recipe: dict, ev: dict) -> str:
     return (
         f"| {name} | {shape} | {ev['params'][name]:,} | {ev['per_token_macs'][name]:,} | "
         f"{m['tokens_seen']:,} ({m['steps_done']} steps) | {_fmt_s(m['train_time_s'])} | "
-        f"{m['final_train_loss_mean_last_20']:.3f} |"
+        f"{m.get('final_next_token_loss_mean_last_20', m['final_train_loss_mean_last_20']):.3f} |"
     )
 
 
@@ -64,7 +64,7 @@ def render(recipe: dict, ev: dict) -> str:
         "",
         "## Models",
         "",
-        "| model | shape | parameters (tied embeddings) | matmul MACs / token (incl. LM head) | tokens seen | training wall time | final training loss (mean of last 20 steps) |",
+        "| model | shape | parameters (tied embeddings) | matmul MACs / token (incl. LM head) | tokens seen | training wall time | final next-token training loss (mean of last 20 steps) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
         _model_row("target", recipe, ev),
         _model_row("draft", recipe, ev),

@@ -46,6 +46,8 @@ def run_summary(run_dir: Path) -> dict:
         "train_tokens_per_epoch": meta["manifest"]["train_tokens"],
         "train_time_s": last["elapsed_s"],
         "final_train_loss_mean_last_20": round(statistics.fmean(r["loss"] for r in log[-20:]), 4),
+        **({"final_next_token_loss_mean_last_20": round(statistics.fmean(r["next_token_loss"] for r in log[-20:]), 4)}
+           if "next_token_loss" in last else {}),
         # a distilled model: which weights it started from and learned from
         **{key: meta[key] for key in ("init_from_sha256", "teacher_sha256") if key in meta},
     }
