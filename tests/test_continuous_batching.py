@@ -14,7 +14,7 @@ from specdec import DecodeState, Draft, GenerationContext
 from specdec.registry import known_names
 
 NEW_TOKENS = 12
-LENGTHS = [3, 19, 7, 30, 5, 12, 2, 25]  # different prompt lengths, one of a single real context token
+LENGTHS = [3, 19, 7, 30, 5, 12, 1, 25]  # different prompt lengths; a one-token prompt has nothing to prefill
 
 
 @functools.lru_cache(maxsize=1)

@@ -128,6 +128,16 @@ def test_distillation_moves_the_student_towards_the_teacher(tmp_path):
     meta = json.loads((tmp_path / "warm" / "meta.json").read_text())
     assert len(meta["init_from_sha256"]) == 64
 
+    # A distillation run resumed from its checkpoint follows the uninterrupted one exactly.
+    mixed = dataclasses.replace(student, steps=8, ckpt_every=4, teacher=teacher_dir, init_from=teacher_dir,
+                                kd_weight=0.5)
+    whole = train(mixed, tmp_path / "mixed", progress=False)
+    train(mixed, tmp_path / "resumed", stop_at=4, progress=False)
+    resumed = train(mixed, tmp_path / "resumed", progress=False)
+    assert _losses(resumed) == _losses(whole)
+    assert all("next_token_loss" in row for row in resumed)
+    assert json.loads((tmp_path / "resumed" / "meta.json").read_text())["init_from_sha256"] == meta["init_from_sha256"]
+
 
 def test_missing_weights_raise_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(zoo, "default_model_dir", lambda: tmp_path)
