@@ -226,8 +226,8 @@ def write_outputs(result: dict, out: Path) -> None:
     figure, (axis, decode_axis, pad_axis) = plt.subplots(1, 3, figsize=(16, 4.8))
     series = sorted({(r["mode"], r["drafter"]) for r in rows if not r["drafter"].startswith(ORACLE_PREFIX)})
     for mode, drafter in series:
-        label = "autoregressive" if drafter == "none" else f"{drafter} ({mode})"
-        label = f"{label} (continuous)" if drafter == "none" and mode == "continuous" else label
+        label = f"{drafter} ({mode})" if drafter != "none" else (
+            "autoregressive (continuous)" if mode == "continuous" else "autoregressive")
         style = {"unpadded": "-", "unpadded-adaptive": "-", "unpadded-kv": "-.", "padded": "--"}.get(mode, ":")
         marker = "^" if mode.endswith("-adaptive") else "o"
         for ax, key in ((axis, "tokens_per_cpu_second"), (decode_axis, "decode_tokens_per_cpu_second")):
