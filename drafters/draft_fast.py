@@ -143,6 +143,10 @@ class FastDraftForward:
         self.model = model
         self.embed = base.embed_tokens
         self.rotary = base.rotary_emb
+        rope_type = getattr(self.rotary, "rope_type", "default")
+        self._rope_is_static = rope_type not in ("dynamic", "longrope")  # these rescale with the sequence length
+        self._cos_table: torch.Tensor | None = None
+        self._sin_table: torch.Tensor | None = None
         self.norm_weight, self.norm_eps = base.norm.weight, base.norm.variance_epsilon
         head_weight = model.lm_head.weight
         if head_tokens is not None:
@@ -177,16 +181,30 @@ class FastDraftForward:
 
     @staticmethod
     def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-        return weight * x32.to(dtype)
+        """Llama's RMSNorm as one fused op (statistics in float32, as transformers computes them)."""
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), weight, eps)
+        return weight * F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = x.shape[-1] // 2
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
+
+    def _cos_sin(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE cos/sin [B, T, 1, D] for position ids [B, T], looked up in a table the model's own rotary
+        module filled (the same values it computes per call, without its ~10 ops per forward); rope
+        types whose frequencies depend on the sequence length call the module every time."""
+        if not self._rope_is_static:
+            cos, sin = self.rotary(hidden, positions)
+            return cos[:, :, None], sin[:, :, None]
+        needed = int(positions.max()) + 1
+        if self._cos_table is None or needed > self._cos_table.shape[0] or self._cos_table.dtype != hidden.dtype:
+            size = max(needed, 256, 2 * (0 if self._cos_table is None else self._cos_table.shape[0]))
+            cos, sin = self.rotary(hidden, torch.arange(size, device=hidden.device)[None])
+            self._cos_table, self._sin_table = cos[0], sin[0]
+        return F.embedding(positions, self._cos_table)[:, :, None], F.embedding(positions, self._sin_table)[:, :, None]
 
     def ready(self, cache: Any, attend_len: int) -> bool:
         """The cache buffers exist (prefill wrote something) and every layer's hold `attend_len` slots
@@ -213,8 +231,7 @@ class FastDraftForward:
             uniform = None
             rows_d = rows.to(device)
         hidden = self.embed(input_ids.to(device))
-        cos, sin = self.rotary(hidden, positions.to(device))
-        cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
+        cos, sin = self._cos_sin(hidden, positions.to(device))  # [B, T, 1, D]
         if batch == 1 and steps == 1:
             mask = None  # one query sees every slot below it: no mask needed
         else:
@@ -230,10 +247,12 @@ class FastDraftForward:
                 x = self._rms(hidden, spec["norm_w"], spec["norm_eps"])
                 qkv = spec["qkv"](x)
                 q_size, kv_size = self.heads * dim, self.kv_heads * dim
-                q = qkv[..., :q_size].view(batch, steps, self.heads, dim).transpose(1, 2)
-                k = qkv[..., q_size : q_size + kv_size].view(batch, steps, self.kv_heads, dim).transpose(1, 2)
+                # q and k heads rotated together: [B, T, H + Hkv, D]
+                qk = self._rotate(qkv[..., : q_size + kv_size].view(batch, steps, self.heads + self.kv_heads, dim),
+                                  cos, sin)
+                q = qk[:, :, : self.heads].transpose(1, 2)
+                k = qk[:, :, self.heads :].transpose(1, 2)
                 v = qkv[..., q_size + kv_size :].view(batch, steps, self.kv_heads, dim).transpose(1, 2)
-                q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
                 if uniform is not None:
                     layer.keys[:, :, uniform : uniform + steps] = k
                     layer.values[:, :, uniform : uniform + steps] = v

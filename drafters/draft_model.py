@@ -37,6 +37,7 @@ from specdec.target import TargetRunner, context_length
 from .draft_fast import FastDraftForward, WeightFormat, default_weight_format, fast_forward_for
 from .draft_schedule import ConfidenceExit, HeuristicLength
 from .draft_vocab import VocabMapping, resolve_vocab
+from .token_ranking import resolve_draft_vocab
 
 
 class DraftModelOptions(BaseModel):
@@ -66,6 +67,11 @@ class DraftModelOptions(BaseModel):
     branch_depth: int = Field(1, ge=0, le=8, description="how many levels branch (with branches > 1)")
     shared_vocab_size: int | None = Field(None, ge=1, description="ids [0, n) shared by target and draft; only "
                                                                   "needed when sizes differ and no tokenizer is known")
+    draft_vocab: int | list[int] | None = Field(
+        None, description="tokens the draft may propose: N = the N most frequent tokens of the draft's token "
+                          "ranking (a token_ranking.json beside the model, see drafters/token_ranking.py), a list = "
+                          "these draft token ids, 0 = the full vocabulary; default: what that file recommends, else "
+                          "the full vocabulary. The lean forward then scores only these tokens (FR-Spec)")
     fast_forward: bool = Field(True, description="run Llama/Mistral/Qwen2 drafts through specdec's lean fused "
                                                  "forward (drafters/draft_fast.py); other models always use "
                                                  "transformers' forward")
@@ -154,6 +160,7 @@ class DraftModelDrafter(Drafter):
         self._last: dict[str, Any] | None = None
         self._stats: dict[str, Any] = {}
         self._fast: FastDraftForward | None = None
+        self._head: torch.Tensor | None = None  # draft token ids the draft may propose (None = all)
 
     # -- setup and teardown ------------------------------------------------------------------
     def _draft_model(self) -> tuple[Any, Any | None]:
@@ -191,10 +198,14 @@ class DraftModelDrafter(Drafter):
         self._rows = context.first_rows
         self._runner = self._prefilled(self._rows)
         weights = opts.draft_weights or default_weight_format(self.model)
-        self._fast = fast_forward_for(self.model, weights=weights) if opts.fast_forward else None
+        self._draft_vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self._head = resolve_draft_vocab(self.model, opts.draft_vocab, "draft_model")
+        head = None if self._head is None else self._head.tolist()
+        self._fast = fast_forward_for(self.model, head_tokens=head, weights=weights) if opts.fast_forward else None
         self._last = None
         self._stats = {"draft_vocab": self.vocab.describe(), "draft_forwards": 0, "draft_cache_peak_bytes": 0,
-                       "draft_weights": weights if self._fast is not None else "model (transformers forward)"}
+                       "draft_weights": weights if self._fast is not None else "model (transformers forward)",
+                       "draft_head_tokens": None if self._head is None else len(self._head)}
         self._track_memory()
 
     def _prefilled(self, rows: list[int]) -> TargetRunner:
@@ -230,17 +241,30 @@ class DraftModelDrafter(Drafter):
             # Sampling runs every row, so a row's q (and its draws) never depends on which
             # neighbours are still drafting; greedy drafts cannot change the output.
             if active is None or bool(active.all()) or not self.sampling.greedy:
-                return fast(runner.cache, ids, start, positions, keep)
+                return self._whole_vocab(fast(runner.cache, ids, start, positions, keep))
             rows = active.nonzero(as_tuple=True)[0]
             part = fast(runner.cache, ids[rows.to(ids.device)], start[rows], positions[rows],
                         None if keep is None else keep[rows], rows=rows)
             logits = part.new_zeros(ids.shape[0], *part.shape[1:])
             logits[rows.to(part.device)] = part
-            return logits
-        logits = runner.scratch_forward(ids, offset=offset)
+            return self._whole_vocab(logits)
+        logits = self._masked_to_vocab(runner.scratch_forward(ids, offset=offset))
         if keep is None:
             return logits
         return logits[torch.arange(ids.shape[0], device=logits.device), keep.to(logits.device)]
+
+    def _whole_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits of the lean forward's reduced head [..., N] -> [..., draft vocabulary], -inf outside."""
+        if self._head is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self._draft_vocab_size), float("-inf"))
+        return full.index_copy_(-1, self._head.to(logits.device), logits)
+
+    def _masked_to_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """transformers' full logits with -inf outside `draft_vocab`, so every path proposes the same tokens."""
+        if self._head is None:
+            return logits
+        return self._whole_vocab(logits.index_select(-1, self._head.to(logits.device)))
 
     def finish(self) -> None:
         if self._runner is not None:
@@ -395,7 +419,7 @@ class DraftModelDrafter(Drafter):
             input_parents = torch.tensor([0] + [p + 1 for p in parents], dtype=torch.long)[None, :].expand(batch, -1)
             tree_depths, visible = tree_layout(input_parents.contiguous())
             ids = self.vocab.to_draft_ids(torch.cat([roots, node_tokens], dim=1))
-            out = runner.verify_forward(ids, tree_depths, visible)
+            out = self._masked_to_vocab(runner.verify_forward(ids, tree_depths, visible))
             self._stats["draft_forwards"] += 1
             fed_nodes.fill_(len(parents))  # tree forwards run every row
             new = out[:, 1 + len(parents) - len(level_parents) : 1 + len(parents)]

@@ -13,6 +13,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "search-layers": ("specdec.drafters.layerskip.search:main", "Bayesian search of a layer-skip set"),
     "profile": ("specdec.drafters.ppd.profile:main", "measure forward latency vs tree size (PPD sizing)"),
     "train-ppd": ("specdec.drafters.ppd.train:main", "train PPD prompt-token embeddings for a model"),
+    "rank-tokens": ("specdec.drafters.token_ranking:main", "rank a draft model's tokens for a reduced draft vocabulary"),
     "train-default": ("specdec.zoo.train:main", "train the bundled default model pair (recipe)"),
     "evaluate-default": ("specdec.zoo.evaluate:main", "evaluate the bundled default model pair"),
 }

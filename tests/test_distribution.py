@@ -134,6 +134,21 @@ def test_rejection_with_the_draft_model_drafter(target, joints, branches):
     assert chi_square_p_value(counts, joints[setting]) > P_VALUE_THRESHOLD
 
 
+def test_rejection_with_a_reduced_draft_vocabulary(target, joints):
+    """draft_model proposing from 10 of the 16 tokens (draft_vocab): q is zero elsewhere, so
+    rejection sampling still reproduces the target's joint."""
+    from specdec.drafters.draft_model import DraftModelDrafter
+
+    setting = "t1.0"
+    kept = [0, 2, 3, 5, 7, 8, 9, 11, 12, 15]
+    drafter = DraftModelDrafter(DraftModelDrafter.Options(model=perturbed_copy(target, scale=0.3, seed=1), k=2,
+                                                          draft_vocab=kept))
+    counts, stats = _generate_counts(target, drafter, "rejection", SETTINGS[setting])
+    assert stats.drafter_stats["draft_head_tokens"] == len(kept)
+    assert stats.accepted_tokens > 0.2 * ROWS, stats.accepted_tokens
+    assert chi_square_p_value(counts, joints[setting]) > P_VALUE_THRESHOLD
+
+
 @pytest.mark.parametrize("drafter_name", ["sampled_tree"])
 def test_exact_match_sampling_matches_target_joint(target, draft_lm, joints, drafter_name):
     """`exact` at temperature > 0 (sample the target at every node, keep matching nodes) is lossless

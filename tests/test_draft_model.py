@@ -322,3 +322,121 @@ def test_heuristic_floor_zero_decodes_plainly_then_probes(target, expected):
     out = _run(target, PROMPTS, model=tiny_model("llama", seed=3), k=1, min_k=0, probe_after=2)
     assert out.sequences == expected
     assert out.stats.drafted_tokens < NEW * len(PROMPTS)  # some steps drafted nothing
+
+
+# -- reduced draft vocabulary (draft_vocab, drafters/token_ranking.py) ---------------------------
+KEPT = [0, 3, 5, 6, 7, 8, 9, 12, 17, 33, 40, 60, 71, 88, 90, 95]
+
+
+class ProposalRecorder(DraftModelDrafter):
+    def __init__(self, options=None):
+        super().__init__(options)
+        self.proposed: set[int] = set()
+
+    def propose(self, state):
+        draft = super().propose(state)
+        mask = draft.node_mask().cpu()
+        self.proposed |= set(draft.tokens.cpu()[mask].tolist())
+        return draft
+
+
+@pytest.mark.parametrize("options", [dict(k=3), dict(k=3, fast_forward=False), dict(k=3, branches=2),
+                                     dict(k=4, schedule="confidence", confidence_threshold=0.3)])
+def test_reduced_draft_vocab_proposes_only_kept_tokens(target, expected, close_draft, options):
+    drafter = ProposalRecorder(DraftModelDrafter.Options(model=close_draft, draft_vocab=KEPT, **options))
+    out = specdec.generate(target, PROMPTS, drafter=drafter, verifier="exact", max_new_tokens=NEW)
+    assert out.sequences == expected
+    assert drafter.proposed and drafter.proposed <= set(KEPT)
+    assert out.stats.drafter_stats["draft_head_tokens"] == len(KEPT)
+
+
+def test_reduced_vocab_q_is_zero_outside_the_kept_tokens(target, close_draft):
+    sampling = SamplingParams(temperature=0.8)
+    drafter = RecordingDrafter(DraftModelDrafter.Options(model=close_draft, k=3, draft_vocab=KEPT,
+                                                         draft_weights="model"))
+    specdec.generate(target, PROMPTS[:2], drafter=drafter, verifier="rejection", max_new_tokens=8, seed=0,
+                     temperature=sampling.temperature)
+    outside = torch.ones(VOCAB, dtype=torch.bool)
+    outside[KEPT] = False
+    sequence, draft = drafter.drafts[0]
+    with torch.no_grad():
+        logits = close_draft(torch.tensor([sequence[0]])).logits[0, -1]
+    torch.testing.assert_close(draft.q[0, 0, KEPT], process_logits(logits[KEPT], sampling), atol=1e-5, rtol=1e-4)
+    assert float(draft.q[..., outside].abs().sum()) == 0.0
+
+
+def _saved_draft(tmp_path, model):
+    model.save_pretrained(tmp_path)
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+
+
+def test_ranking_file_beside_the_draft_sets_the_default_vocab(tmp_path, target, expected, close_draft):
+    from specdec.drafters.token_ranking import read_ranking_file, save_ranking_file
+
+    draft = _saved_draft(tmp_path, close_draft)
+    ranking = KEPT + [t for t in range(VOCAB) if t not in KEPT]
+    save_ranking_file(tmp_path, ranking, len(KEPT), "test")
+    assert read_ranking_file(draft)["ranking"] == ranking
+    for choice, size in [(None, len(KEPT)), (8, 8), (0, None), (VOCAB, None)]:
+        drafter = ProposalRecorder(DraftModelDrafter.Options(model=draft, draft_vocab=choice))
+        out = specdec.generate(target, PROMPTS, drafter=drafter, verifier="exact", max_new_tokens=NEW)
+        assert out.sequences == expected
+        assert out.stats.drafter_stats["draft_head_tokens"] == size
+        if size is not None:
+            assert drafter.proposed <= set(ranking[:size])
+
+
+def test_draft_vocab_errors(tmp_path, target, close_draft):
+    from specdec.drafters.token_ranking import save_ranking_file
+
+    with pytest.raises(DrafterError, match="token ranking"):
+        _run(target, PROMPTS[:1], model=close_draft, draft_vocab=8)  # no file beside an in-memory model
+    with pytest.raises(DrafterError, match="distinct token ids"):
+        _run(target, PROMPTS[:1], model=close_draft, draft_vocab=[1, 1])
+    with pytest.raises(DrafterError, match="distinct token ids"):
+        _run(target, PROMPTS[:1], model=close_draft, draft_vocab=[VOCAB])
+    with pytest.raises(ValueError, match="every token id exactly once"):
+        save_ranking_file(tmp_path, [0, 0, 1], 2, "test")
+    draft = _saved_draft(tmp_path, close_draft)
+    save_ranking_file(tmp_path, list(range(VOCAB // 2)), 8, "a ranking of another vocabulary")
+    with pytest.raises(DrafterError, match="not a specdec.token_ranking/1 ranking"):
+        _run(target, PROMPTS[:1], model=draft)
+
+
+def test_rank_tokens_command_writes_the_file(tmp_path):
+    """`specdec rank-tokens` on a model directory with a tokenizer (the bundled one, a tiny model)."""
+    import collections
+    import json
+
+    from transformers import AutoTokenizer
+
+    from specdec.cli import main
+    from specdec.zoo import default_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir() / "target")
+    tokenizer.save_pretrained(tmp_path)
+    tiny_model("llama", vocab=len(tokenizer)).config.save_pretrained(tmp_path)
+    text = tmp_path / "train.txt"
+    text.write_text("the cat sat on the mat; the cat sat.\n" * 5)
+    assert main(["rank-tokens", "--model", str(tmp_path), "--vocab-files", str(text), "--draft-vocab", "64"]) == 0
+    data = json.loads((tmp_path / "token_ranking.json").read_text())
+    assert data["draft_vocab"] == 64 and sorted(data["ranking"]) == list(range(len(tokenizer)))
+    counts = collections.Counter(tokenizer(text.read_text(), add_special_tokens=False)["input_ids"])
+    assert data["ranking"][: len(counts)] == sorted(counts, key=lambda t: (-counts[t], t))
+
+
+def test_fast_forward_rope_table_matches_the_rotary_module():
+    """The lean forward looks cos/sin up in a table the model's rotary module filled; it must give
+    the module's values at any position, including ones past the first table size."""
+    from specdec.drafters.draft_fast import fast_forward_for
+
+    model = tiny_model("llama", seed=3)
+    fast = fast_forward_for(model)
+    hidden = torch.zeros(1, 1, 64)
+    for positions in (torch.tensor([[0, 5, 17]]), torch.tensor([[255, 300, 1000]]), torch.tensor([[2, 3, 4]])):
+        cos, sin = fast._cos_sin(hidden, positions)
+        ref_cos, ref_sin = model.model.rotary_emb(hidden, positions)
+        torch.testing.assert_close(cos[:, :, 0], ref_cos, atol=0, rtol=0)
+        torch.testing.assert_close(sin[:, :, 0], ref_sin, atol=0, rtol=0)

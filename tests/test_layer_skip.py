@@ -353,7 +353,7 @@ def test_draft_vocab_errors() -> None:
 
 
 def test_rank_tokens_orders_by_frequency() -> None:
-    from specdec.drafters.layerskip.vocab import coverage, rank_tokens
+    from specdec.drafters.token_ranking import coverage, rank_tokens
 
     ranking = rank_tokens([[3, 3, 3, 1, 1, 2], [1, 3]], vocab_size=5)
     assert ranking == [3, 1, 2, 0, 4]  # 3 x4, 1 x3, 2 x1, then unseen by id

@@ -18,7 +18,7 @@ Two ways to run that forward, with the same contract:
 Rows of a batch draft in lockstep (one scratch forward per depth for all rows); a row that has
 exited, or reached its budget, stops growing its chain while the others continue.
 
-With a reduced draft vocabulary (`draft_vocab`, see vocab.py) the LM head scores only the N most
+With a reduced draft vocabulary (`draft_vocab`, see drafters/token_ranking.py) the LM head scores only the N most
 frequent tokens while drafting; proposals are still verified against the full target.
 """
 

@@ -654,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache) if args.cache else out.with_suffix(".search.json")
     ranking = None
     if args.vocab_corpus or args.vocab_files:
-        from .vocab import default_training_texts, ranking_from_texts
+        from ..token_ranking import default_training_texts, ranking_from_texts
 
         vocab_texts = default_training_texts() if args.vocab_corpus == "default" else []
         vocab_texts += [Path(f).read_text(encoding="utf-8", errors="replace") for f in args.vocab_files]
