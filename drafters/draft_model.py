@@ -161,6 +161,7 @@ class DraftModelDrafter(Drafter):
         self._stats: dict[str, Any] = {}
         self._fast: FastDraftForward | None = None
         self._head: torch.Tensor | None = None  # draft token ids the draft may propose (None = all)
+        self._draft_vocab_size = 0  # rows of the draft's LM head
 
     # -- setup and teardown ------------------------------------------------------------------
     def _draft_model(self) -> tuple[Any, Any | None]:
@@ -177,6 +178,8 @@ class DraftModelDrafter(Drafter):
         self.vocab = resolve_vocab(context.model, self.model, context.tokenizer, draft_tokenizer,
                                    opts.shared_vocab_size)
         check_model_supported(self.model)
+        self._draft_vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self._head = resolve_draft_vocab(self.model, opts.draft_vocab, "draft_model")
         self.draft_context = context_length(self.model)
         self.sampling: SamplingParams = context.sampling
         self.device = context.device
@@ -198,8 +201,6 @@ class DraftModelDrafter(Drafter):
         self._rows = context.first_rows
         self._runner = self._prefilled(self._rows)
         weights = opts.draft_weights or default_weight_format(self.model)
-        self._draft_vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
-        self._head = resolve_draft_vocab(self.model, opts.draft_vocab, "draft_model")
         head = None if self._head is None else self._head.tolist()
         self._fast = fast_forward_for(self.model, head_tokens=head, weights=weights) if opts.fast_forward else None
         self._last = None

@@ -327,3 +327,17 @@ def test_oracle_accuracy_sets_how_often_its_guesses_are_right():
         rates[accuracy] = batch.stats.accepted_tokens / batch.stats.drafted_tokens
     assert rates[0.0] == 0.0 and rates[1.0] == 1.0
     assert 0.25 < rates[0.5] < 0.75
+
+
+def test_draft_vocab_benchmark_writes_a_table_of_equal_outputs(tmp_path):
+    """`python -m specdec.benchmarks.draft_vocab` on the bundled pair, shrunk to 2 prompts: every cell's
+    output equals autoregressive decoding, coverage shrinks with the vocabulary, and the table is written."""
+    from specdec.benchmarks import draft_vocab
+
+    assert draft_vocab.main(["--prompts", "2", "--batch-sizes", "2", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    cells = json.loads((tmp_path / "result.json").read_text())["cells"]
+    assert len(cells) == len(draft_vocab.SIZES) * len(draft_vocab.SCHEDULES)
+    assert all(cell["equal"] for cell in cells)
+    coverage = {cell["draft_vocab"]: cell["coverage"] for cell in cells}
+    assert coverage[0] == 1.0 and coverage[4096] >= coverage[2048] >= coverage[1024] > 0
+    assert (tmp_path / "table.md").read_text().count("| 2 |") == len(cells)
