@@ -56,6 +56,13 @@ def default_training_texts() -> list[str]:
     return build_corpus().train
 
 
+def ranking_texts(corpus: str | None, files: list[str]) -> list[str]:
+    """Text to count tokens on: the bundled default model's training corpus (`corpus="default"`) and/or
+    these files (the `--vocab-corpus` / `--vocab-files` flags of `rank-tokens` and `search-layers`)."""
+    texts = default_training_texts() if corpus == "default" else []
+    return texts + [Path(f).read_text(encoding="utf-8", errors="replace") for f in files]
+
+
 def coverage(ranking: list[int], size: int, tokens: Iterable[int]) -> float:
     """Share of `tokens` that fall inside the first `size` ids of `ranking`."""
     kept = set(ranking[:size])
@@ -145,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = Path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     vocab = int(AutoConfig.from_pretrained(model_dir, local_files_only=True).vocab_size)
-    texts = default_training_texts() if args.vocab_corpus == "default" else []
-    texts += [Path(f).read_text(encoding="utf-8", errors="replace") for f in args.vocab_files]
+    texts = ranking_texts(args.vocab_corpus, args.vocab_files)
     source = ", ".join((["the default model's training corpus"] if args.vocab_corpus else []) + args.vocab_files)
     ranking = ranking_from_texts(texts, tokenizer, vocab)
     path = save_ranking_file(model_dir, ranking, args.draft_vocab, f"token frequency in {source}",

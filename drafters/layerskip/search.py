@@ -654,10 +654,9 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache) if args.cache else out.with_suffix(".search.json")
     ranking = None
     if args.vocab_corpus or args.vocab_files:
-        from ..token_ranking import default_training_texts, ranking_from_texts
+        from ..token_ranking import ranking_from_texts, ranking_texts
 
-        vocab_texts = default_training_texts() if args.vocab_corpus == "default" else []
-        vocab_texts += [Path(f).read_text(encoding="utf-8", errors="replace") for f in args.vocab_files]
+        vocab_texts = ranking_texts(args.vocab_corpus, args.vocab_files)
         ranking = ranking_from_texts(vocab_texts, tokenizer, int(model.get_output_embeddings().weight.shape[0]))
         description += "; token ranking from " + (
             "the default model's training corpus" if args.vocab_corpus else ", ".join(args.vocab_files))
