@@ -37,7 +37,7 @@ from specdec.target import TargetRunner, context_length
 from .draft_fast import FastDraftForward, WeightFormat, default_weight_format, fast_forward_for
 from .draft_schedule import ConfidenceExit, HeuristicLength
 from .draft_vocab import VocabMapping, resolve_vocab
-from .token_ranking import resolve_draft_vocab
+from .token_ranking import RANKING_FILE, read_ranking_file, scatter_to_vocab, select_draft_vocab
 
 
 class DraftModelOptions(BaseModel):
@@ -179,7 +179,12 @@ class DraftModelDrafter(Drafter):
                                    opts.shared_vocab_size)
         check_model_supported(self.model)
         self._draft_vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
-        self._head = resolve_draft_vocab(self.model, opts.draft_vocab, "draft_model")
+        explicit = isinstance(opts.draft_vocab, list) or opts.draft_vocab == 0
+        ranking_file = {} if explicit else (read_ranking_file(self.model) or {})
+        head = select_draft_vocab(opts.draft_vocab, self._draft_vocab_size, ranking_file.get("ranking"),
+                                  int(ranking_file.get("draft_vocab", 0)), "draft_model",
+                                  f"a {RANKING_FILE} beside the draft model (`specdec rank-tokens`)")
+        self._head = None if head is None else torch.tensor(head, dtype=torch.long)
         self.draft_context = context_length(self.model)
         self.sampling: SamplingParams = context.sampling
         self.device = context.device
@@ -201,7 +206,6 @@ class DraftModelDrafter(Drafter):
         self._rows = context.first_rows
         self._runner = self._prefilled(self._rows)
         weights = opts.draft_weights or default_weight_format(self.model)
-        head = None if self._head is None else self._head.tolist()
         self._fast = fast_forward_for(self.model, head_tokens=head, weights=weights) if opts.fast_forward else None
         self._last = None
         self._stats = {"draft_vocab": self.vocab.describe(), "draft_forwards": 0, "draft_cache_peak_bytes": 0,
@@ -258,8 +262,7 @@ class DraftModelDrafter(Drafter):
         """Logits of the lean forward's reduced head [..., N] -> [..., draft vocabulary], -inf outside."""
         if self._head is None:
             return logits
-        full = logits.new_full((*logits.shape[:-1], self._draft_vocab_size), float("-inf"))
-        return full.index_copy_(-1, self._head.to(logits.device), logits)
+        return scatter_to_vocab(logits, self._head, self._draft_vocab_size, float("-inf"))
 
     def _masked_to_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         """transformers' full logits with -inf outside `draft_vocab`, so every path proposes the same tokens."""

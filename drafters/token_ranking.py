@@ -100,30 +100,33 @@ def read_ranking_file(model: Any) -> dict[str, Any] | None:
     return data
 
 
-def resolve_draft_vocab(model: Any, choice: int | list[int] | None, who: str) -> torch.Tensor | None:
-    """Token ids the draft `model` may propose (None = all) for a drafter's `draft_vocab` option:
-    a list = those ids; 0 = all; N = the first N of the ranking file beside the model; None = the
-    file's recommended size, or all when there is no file."""
-    vocab = int(model.get_output_embeddings().weight.shape[0])
+def select_draft_vocab(choice: int | list[int] | None, vocab: int, ranking: list[int] | None, recommended: int,
+                       who: str, ranking_hint: str) -> tuple[int, ...] | None:
+    """Token ids a draft may propose (None = all) for a drafter's `draft_vocab` option: a list = those
+    ids; 0 = all; N = the first N of `ranking`; None = the `recommended` N (0 = all). The ranking's
+    source (a skip-set file, a ranking file beside a draft) is the caller's; `ranking_hint` says how
+    to get one when it is missing."""
     if isinstance(choice, list):
         if not choice or min(choice) < 0 or max(choice) >= vocab or len(set(choice)) != len(choice):
             raise DrafterError(f"{who}: draft_vocab lists must hold distinct token ids in 0..{vocab - 1}")
-        return torch.tensor(choice, dtype=torch.long)
-    if choice is not None and choice < 0:
+        return tuple(choice)
+    if choice is None:
+        choice = recommended if ranking else 0
+    if choice < 0:
         raise DrafterError(f"{who}: draft_vocab must be >= 0, got {choice}")
     if choice == 0:
         return None
-    data = read_ranking_file(model)
-    if choice is None:
-        choice = int(data["draft_vocab"]) if data else 0
-        if choice == 0:
-            return None
-    if data is None:
-        raise DrafterError(f"{who}: draft_vocab={choice} needs a token ranking: a {RANKING_FILE} beside the draft "
-                         "model (drafters/token_ranking.py: save_ranking_file), or pass token ids instead")
-    if choice >= vocab:
-        return None
-    return torch.tensor(data["ranking"][:choice], dtype=torch.long)
+    if not ranking:
+        raise DrafterError(f"{who}: draft_vocab={choice} needs a token ranking, {ranking_hint}; "
+                           "or pass token ids instead")
+    return None if choice >= vocab else tuple(int(t) for t in ranking[:choice])
+
+
+def scatter_to_vocab(values: torch.Tensor, head_tokens: torch.Tensor, vocab: int, fill: float) -> torch.Tensor:
+    """A reduced head's outputs [..., N] (column j = token head_tokens[j]) spread over the whole
+    vocabulary [..., vocab], `fill` elsewhere: -inf for logits, 0 for probabilities."""
+    full = values.new_full((*values.shape[:-1], vocab), fill)
+    return full.index_copy_(-1, head_tokens.to(values.device), values)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -37,6 +37,7 @@ from specdec.sampling import process_logits, sample
 
 from ..draft_fast import FastDraftForward, WeightFormat, default_weight_format, fast_forward_for
 from ..draft_schedule import ConfidenceExit
+from ..token_ranking import scatter_to_vocab, select_draft_vocab
 from .adaptive import AdaptiveOptions, exit_rule
 from .skipping import LayerSkipper, layout_for
 from .skipset import SkipSet, find_shipped_skip_set, load_skip_set, read_skip_file
@@ -113,28 +114,14 @@ class LayerSkipDrafter(Drafter):
     def resolve_draft_vocab(self, model: Any) -> tuple[int, ...] | None:
         """Token ids the draft scores (None = all): from the option, else the skip-set file's advice."""
         choice = self.options.draft_vocab
-        vocab = int(model.get_output_embeddings().weight.shape[0])
-        if isinstance(choice, list):
-            if not choice or min(choice) < 0 or max(choice) >= vocab or len(set(choice)) != len(choice):
-                raise DrafterError(f"layer_skip: draft_vocab lists must hold distinct token ids in 0..{vocab - 1}")
-            return tuple(choice)
-        if choice == 0:
-            return None
-        path = self._skip_file(model)
-        data = read_skip_file(path) if path is not None else {}
-        ranking = data.get("token_ranking")
-        if choice is None:
-            choice = int(data.get("draft_vocab") or 0)
-            if choice == 0 or not ranking:
-                return None
-        if choice < 0:
-            raise DrafterError(f"layer_skip: draft_vocab must be >= 0, got {choice}")
-        if not ranking:
-            raise DrafterError(f"layer_skip: draft_vocab={choice} needs a token ranking, which only skip-set files "
-                               "from `specdec search-layers --vocab-corpus/--vocab-files` carry; pass token ids instead")
-        if choice >= vocab:
-            return None
-        return tuple(int(t) for t in ranking[:choice])
+        data: dict = {}
+        if not isinstance(choice, list) and choice != 0:
+            path = self._skip_file(model)
+            data = read_skip_file(path) if path is not None else {}
+        return select_draft_vocab(choice, int(model.get_output_embeddings().weight.shape[0]),
+                                  data.get("token_ranking"), int(data.get("draft_vocab") or 0), "layer_skip",
+                                  "which only skip-set files from `specdec search-layers --vocab-corpus/"
+                                  "--vocab-files` carry")
 
     def setup(self, context: GenerationContext) -> None:
         model = context.model
@@ -228,8 +215,7 @@ class LayerSkipDrafter(Drafter):
         distribution the draft token was really drawn from (what lossless rejection sampling needs)."""
         if self.head_tokens is None:
             return q
-        full = torch.zeros(q.shape[0], self._vocab_size, dtype=q.dtype)
-        return full.index_copy_(1, self.head_tokens, q.cpu())
+        return scatter_to_vocab(q.cpu(), self.head_tokens, self._vocab_size, 0.0)
 
     def observe(self, state: DecodeState, draft: Draft, verdict: Verdict, committed: list[list[int]],
                 extra_logits: torch.Tensor | None) -> None:
