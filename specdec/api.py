@@ -20,6 +20,7 @@ from .rng import row_seeds
 from .sampling import SamplingParams
 from .stats import GenerationStats
 from .target import check_packed_inputs, context_length
+from .validation import check_prompt_ids
 
 PromptLike = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]] | torch.Tensor
 
@@ -186,6 +187,7 @@ def generate(
         if ctx is not None and len(row) >= ctx:
             raise ValueError(f"prompt row {index} has {len(row)} tokens; the model's context is {ctx}, "
                              "which leaves no room to generate")
+    check_prompt_ids(prompts, int(model.get_input_embeddings().weight.shape[0]))
     if streamer is not None and len(prompts) != 1:
         raise ValueError("a streamer works with a single prompt (batch size 1), as in transformers")
     stop_strings = (stop,) if isinstance(stop, str) else tuple(stop or ())

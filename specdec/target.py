@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .kv_cache import RaggedKVCache
+from .layer_attention import layer_attention
 
 # -- packed inputs and per-row attention (EMS-SD "unpad input" and "unpad KV", Design B) ---------
 # Rows of a batch verify different numbers of tokens and have different cache lengths.
@@ -40,7 +41,9 @@ class _Layout:
     batch: int
     steps: int
     flat: torch.Tensor | None  # packed: [N] index into the flattened [B * T] inputs; None: [B, T] inputs
-    rows: list[tuple[slice, torch.Tensor, int]] | None  # per row: (queries, mask [1, 1, Tb, Sb], Sb); None: dense
+    # per row: (its packed queries, their indices among the row's [T] inputs or None for all, kv length Sb);
+    # None: dense. The row's mask is cut from the layer's own mask (layer types differ in masks).
+    rows: list[tuple[slice, torch.Tensor | None, int]] | None
 
 
 _ACTIVE = threading.local()  # the layout of the forward running on this thread
@@ -56,8 +59,11 @@ def _ragged_attention(module, query, key, value, attention_mask, **kwargs):
         gqa = key.shape[1] != query.shape[1]
         scale = kwargs.get("scaling")
         parts = []
-        for row, (queries, mask, kv_len) in enumerate(layout.rows):
+        for row, (queries, inputs, kv_len) in enumerate(layout.rows):
             row_query = query[:, :, queries] if layout.flat is not None else query[row : row + 1]
+            mask = attention_mask[row : row + 1, :, :, :kv_len]
+            if inputs is not None:
+                mask = mask[:, :, inputs]
             parts.append(torch.nn.functional.scaled_dot_product_attention(
                 row_query, key[row : row + 1, :, :kv_len], value[row : row + 1, :, :kv_len], attn_mask=mask,
                 scale=scale, enable_gqa=gqa))
@@ -151,7 +157,7 @@ class TargetRunner:
         self.slot_valid: torch.Tensor | None = (
             torch.zeros(batch_size, capacity, dtype=torch.bool, device=self.device) if padded else None
         )
-        self.window = getattr(model.config, "sliding_window", None) or None
+        self.attention = layer_attention(model.config)  # one mask per layer type the config declares
         # Holes the padded mode added while decoding, summed over every row (rows that left the batch
         # too): EMS-SD's padding ratio is this over the generated tokens.
         self.holes_added = 0
@@ -171,10 +177,12 @@ class TargetRunner:
         return self.slot_valid[:, :length]
 
     # -- masks -------------------------------------------------------------------------------
-    def _mask(self, start: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor | None) -> torch.Tensor:
-        """Additive mask [B, 1, T, S]: each row's committed prefix, any scratch slots written this
-        step before `start`, and `visible` [B, T, T] among the new tokens (None = causal).
-        Position ids of the new tokens are `positions` [B, T]."""
+    def _mask(self, start: torch.Tensor, positions: torch.Tensor,
+              visible: torch.Tensor | None) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Additive masks [B, 1, T, S]: each row's committed prefix, any scratch slots written this
+        step before `start`, and `visible` [B, T, T] among the new tokens (None = causal), narrowed per
+        layer type (a query at position p sees the window or chunk that ends at p). One mask when every
+        layer attends alike, else {layer type: mask}. Position ids of the new tokens are `positions` [B, T]."""
         batch, steps = positions.shape
         device = self.device
         start_d = start.to(device)
@@ -192,14 +200,20 @@ class TargetRunner:
             gathered = visible.to(device).gather(2, local.clamp(0, steps - 1)[:, None, :].expand(batch, steps, attend_len))
             new_ok = gathered & in_new[:, None, :]
         allowed = in_prefix[:, None, :] | new_ok
-        if self.window is not None:
-            if self.slot_valid is None:
-                prefix_pos = slot[None, :].expand(batch, attend_len)
-            else:
-                prefix_pos = torch.cumsum(self._valid_slots(attend_len).long(), dim=1) - 1
-            key_pos = torch.where(local < 0, prefix_pos, positions.to(device).gather(1, local.clamp(0, steps - 1)))
-            allowed = allowed & ((positions.to(device)[:, :, None] - key_pos[:, None, :]) < self.window)
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=device)
+        if self.attention.all_full:
+            return self._additive(allowed)
+        query_pos = positions.to(device)
+        if self.slot_valid is None:
+            prefix_pos = slot[None, :].expand(batch, attend_len)
+        else:
+            prefix_pos = torch.cumsum(self._valid_slots(attend_len).long(), dim=1) - 1
+        key_pos = torch.where(local < 0, prefix_pos, query_pos.gather(1, local.clamp(0, steps - 1)))
+        masks = {kind.name: self._additive(kind.restrict(allowed, query_pos, key_pos))
+                 for kind in self.attention.kinds}
+        return masks if self.attention.mapping else next(iter(masks.values()))
+
+    def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
         return mask[:, None]
 
@@ -264,7 +278,7 @@ class TargetRunner:
         return unpacked.view(batch, steps, -1)
 
     def _layout(self, start: torch.Tensor, valid: torch.Tensor | None, batch: int, steps: int,
-                mask: torch.Tensor | None) -> _Layout | None:
+                mask: torch.Tensor | dict[str, torch.Tensor] | None) -> _Layout | None:
         """Packing and per-row attention for this forward, or None for transformers' plain path
         (batch 1, the padded mode, a prefill of equal-length prompts, or nothing to save)."""
         if not self.ragged_attention or batch == 1 or mask is None:
@@ -286,11 +300,10 @@ class TargetRunner:
             for row in range(batch):
                 kv_len = int(kv_lens[row])
                 if flat is None:
-                    rows.append((slice(None), mask[row : row + 1, :, :, :kv_len], kv_len))
+                    rows.append((slice(None), None, kv_len))
                 else:
                     inputs = valid[row].nonzero().squeeze(1)
-                    row_mask = mask[row : row + 1, :, inputs.to(self.device), :kv_len]
-                    rows.append((slice(first, first + len(inputs)), row_mask, kv_len))
+                    rows.append((slice(first, first + len(inputs)), inputs.to(self.device), kv_len))
                     first += len(inputs)
         if flat is None and rows is None:
             return None
@@ -313,7 +326,7 @@ class TargetRunner:
                 # Right padding needs no mask here: a real token never looks right, and padded slots lie
                 # beyond each row's length, which every later mask excludes.
                 self._run(start, positions, None, input_ids=input_ids, last_logits_only=True,
-                          plain_causal=self.window is None)
+                          plain_causal=self.attention.all_full)
         self.lengths = lengths.clone()
         if self.slot_valid is None:
             self.write_start = self.lengths.clone()
@@ -350,7 +363,7 @@ class TargetRunner:
         (query t sees slots <= length + t) is then exactly the tree mask, and SDPA skips the dense mask.
         Plain decoding (one new token) is the common case."""
         batch, steps, _ = visible.shape
-        if batch != 1 or self.slot_valid is not None or self.window is not None:
+        if batch != 1 or self.slot_valid is not None or not self.attention.all_full:
             return False
         return steps == 1 or torch.equal(visible[0], torch.ones(steps, steps, dtype=torch.bool).tril())
 

@@ -182,3 +182,16 @@ def validate_verdict(verdict: Verdict, draft: Draft, verifier: str) -> Verdict:
             raise fail("accepted nodes do not form a path from the root")
     return verdict
 
+
+
+def check_prompt_ids(prompts: list[list[int]], vocab_rows: int) -> None:
+    """Token ids outside the input embedding fail inside the model with a bare IndexError (on CUDA, a
+    device-side assert that poisons the context): refuse them first, naming the id, its row and the size."""
+    for row, prompt in enumerate(prompts):
+        if not prompt or (min(prompt) >= 0 and max(prompt) < vocab_rows):
+            continue
+        for position, token in enumerate(prompt):
+            if not 0 <= token < vocab_rows:
+                raise ValueError(f"prompt row {row} holds token id {token} at position {position}, outside the "
+                                 f"vocabulary: the model's input embedding has {vocab_rows} rows (ids 0 to "
+                                 f"{vocab_rows - 1})")
