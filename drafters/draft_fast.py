@@ -37,6 +37,8 @@ def supports(model: Any) -> bool:
         return False
     if getattr(config, "sliding_window", None) or getattr(config, "pretraining_tp", 1) != 1:
         return False
+    if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
+        return False  # windowed or chunked layers: transformers' forward with the runner's per-layer masks
     base = getattr(model, "model", None)
     if base is None or not hasattr(base, "layers") or not hasattr(base, "rotary_emb") or not hasattr(base, "norm"):
         return False

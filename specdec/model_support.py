@@ -116,7 +116,8 @@ def _probe_problem(model: Any, layers: LayerAttention) -> str | None:
                 got = runner.scratch_forward(texts[0][None, length - 1 : length + 2]).float().cpu()[0]
                 error = _relative_error(got, references[0][length - 1 : length + 2])
                 if error > tolerance:
-                    return f"a scratch forward: logits differ by {error:.2e} (relative, > {tolerance:.0e})"
+                    return (f"{case.feature}: the scratch forward's logits differ from a plain forward by "
+                            f"{error:.2e} (relative, > {tolerance:.0e})")
             tokens, parents, valid, truth = _trees(texts, case.lengths, vocab)
             depths, visible = tree_layout(parents)
             logits = runner.verify_forward(tokens, depths, visible, valid=valid).float().cpu()
