@@ -31,4 +31,10 @@ class VerifierError(SpecDecError):
 
 
 class UnsupportedModelError(SpecDecError):
-    """The engine cannot serve this model (no causal LM head, recurrent cache, failed tree check...)."""
+    """The engine cannot serve this model (no causal LM head, recurrent cache, failed tree check...).
+
+    `feature`: the short name of what is missing (for tables and programs); the message says it in full."""
+
+    def __init__(self, message: str, feature: str | None = None) -> None:
+        super().__init__(message)
+        self.feature = feature

@@ -11,6 +11,7 @@ to mask as `attention_mask`); older-style configs give one `sliding_window` for 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,12 +93,12 @@ def layer_attention(config: Any) -> LayerAttention:
         elif name == SLIDING:
             if window is None:
                 raise UnsupportedModelError(f"{type(config).__name__} declares sliding_attention layers but no "
-                                            "positive sliding_window")
+                                            "positive sliding_window", feature="sliding layers without a window")
             kinds[name] = LayerKind(name, window=window)
         elif name == CHUNKED:
             if chunk is None:
                 raise UnsupportedModelError(f"{type(config).__name__} declares chunked_attention layers but no "
-                                            "positive attention_chunk_size")
+                                            "positive attention_chunk_size", feature="chunked layers without a chunk size")
             kinds[name] = LayerKind(name, chunk=chunk)
         else:
             raise UnsupportedModelError(
@@ -114,26 +115,38 @@ def attention_implementation(config: Any) -> str:
     return str(getattr(config, "_attn_implementation", None) or "eager")
 
 
-def implementation_problem(config: Any) -> str | None:
-    """Why this model's attention implementation cannot be exact under specdec, judged from the config alone
+def implementation_problem(model: Any) -> tuple[str, str] | None:
+    """(feature, why) when this model cannot be exact under specdec, judged from its class and config alone
     (before any forward: on CUDA a failing kernel can poison the whole context), or None."""
+    config = model.config
     implementation = attention_implementation(config)
     if any(marker in implementation for marker in _MASKLESS_IMPLEMENTATIONS):
-        return (f"attention implementation {implementation!r} cannot take the arbitrary 4-D masks that tree "
+        return (f"{implementation} attention",
+                f"attention implementation {implementation!r} cannot take the arbitrary 4-D masks that tree "
                 "verification and ragged batches need; load the model with attn_implementation=\"sdpa\" "
                 "(or \"eager\")")
     softcap = getattr(config, "attn_logit_softcapping", None)
     if softcap and implementation == "sdpa":
-        return (f"transformers' SDPA attention drops the attention-logit soft-capping this model uses "
-                f"(attn_logit_softcapping={softcap}), so its output would differ; load the model with "
-                "attn_implementation=\"eager\"")
+        return ("attention-logit soft-capping under SDPA",
+                f"transformers' SDPA attention cannot apply the attention-logit soft-capping this model uses "
+                f"(attn_logit_softcapping={softcap}); load the model with attn_implementation=\"eager\"")
+    if implementation == "sdpa" and getattr(type(model), "_supports_sdpa", True) is False:
+        return ("SDPA attention (the class has no SDPA path)",
+                f"{type(model).__name__} has no SDPA path in transformers (SDPA would drop part of its "
+                "attention, such as GPT-OSS's attention sinks); load the model with attn_implementation=\"eager\"")
+    if getattr(config, "attn_temperature_tuning", False) and getattr(config, "no_rope_layers", None):
+        return ("attention temperature tuning on NoPE layers",
+                "attention temperature tuning (Llama 4's attn_temperature_tuning on its NoPE layers) takes each "
+                "query's position from the cache length instead of position_ids, so tree nodes and rows of a "
+                "ragged batch would get another position's scale")
     return None
 
 
 def attention_signature(model: Any) -> tuple:
     """Everything that changes how the model attends, as a hashable key for the support check's verdicts:
     class (which fixes extras such as attention sinks), implementation, layer types, windows and chunks,
-    soft-capping and dtype."""
+    soft-capping and dtype, and the rest of the config (any other field may change attention too, as Llama
+    4's temperature tuning does; a verdict is cheap to measure again)."""
     config = model.config
     layers = layer_attention(config)
     return (
@@ -144,4 +157,5 @@ def attention_signature(model: Any) -> tuple:
         getattr(config, "attn_logit_softcapping", None),
         getattr(config, "final_logit_softcapping", None),
         str(model.get_input_embeddings().weight.dtype),
+        json.dumps(config.to_dict(), sort_keys=True, default=str),
     )

@@ -36,34 +36,38 @@ PROBE_MARGIN = 12
 #: the same for every size; the tests check it at windows shorter than the text.
 PROBE_MAX_SPAN = 1024
 
-_verdicts: dict[tuple, str | None] = {}
+_verdicts: dict[tuple, tuple[str, str] | None] = {}  # signature -> (feature, what differed) or None
 
 
 def check_model_supported(model: Any) -> None:
     """Raise `UnsupportedModelError` when specdec cannot serve `model` exactly; probed once per signature."""
     name = type(model).__name__
     if getattr(model.config, "is_encoder_decoder", False):
-        raise UnsupportedModelError(f"{name} is an encoder-decoder model; specdec needs a causal LM")
+        raise UnsupportedModelError(f"{name} is an encoder-decoder model; specdec needs a causal LM",
+                                    feature="encoder-decoder")
     if model.get_output_embeddings() is None:
         raise UnsupportedModelError(f"{name} has no language-model head (get_output_embeddings() "
-                                    "is None); load it with AutoModelForCausalLM")
+                                    "is None); load it with AutoModelForCausalLM", feature="no language-model head")
     accepted = inspect.signature(model.forward).parameters
     missing = [arg for arg in ("attention_mask", "position_ids", "past_key_values") if arg not in accepted]
     if missing:
         raise UnsupportedModelError(
             f"{name}.forward does not take {', '.join(missing)}: specdec needs a KV-cache causal LM "
-            "it can feed explicit masks and positions (recurrent or stateful models cannot roll back rejected drafts)")
+            "it can feed explicit masks and positions (recurrent or stateful models cannot roll back rejected drafts)",
+            feature=f"forward without {', '.join(missing)}")
     implementation = attention_implementation(model.config)
-    problem = implementation_problem(model.config)
+    problem = implementation_problem(model)
     if problem is not None:
-        raise UnsupportedModelError(f"{name} (attention {implementation!r}): {problem}")
+        feature, why = problem
+        raise UnsupportedModelError(f"{name} (attention {implementation!r}): {why}", feature=feature)
     layers = layer_attention(model.config)
     key = attention_signature(model)
     if key not in _verdicts:
         _verdicts[key] = _probe_problem(model, layers)
     if _verdicts[key] is not None:
-        raise UnsupportedModelError(f"{name} (attention {implementation!r}, layer types "
-                                    f"{_describe(layers)}) failed specdec's tree-attention check: {_verdicts[key]}")
+        feature, what = _verdicts[key]
+        raise UnsupportedModelError(f"{name} (attention {implementation!r}, layer types {_describe(layers)}) failed "
+                                    f"specdec's tree-attention check: {feature}: {what}", feature=feature)
 
 
 def _describe(layers: LayerAttention) -> str:
@@ -93,8 +97,8 @@ def _cases(layers: LayerAttention) -> list[_Case]:
 
 
 @torch.no_grad()
-def _probe_problem(model: Any, layers: LayerAttention) -> str | None:
-    """The first code path whose logits differ from one plain forward of the same text, or None."""
+def _probe_problem(model: Any, layers: LayerAttention) -> tuple[str, str] | None:
+    """(the first code path whose logits differ from one plain forward of the same text, by how much), or None."""
     from .engine import tree_layout  # local: engine imports this module's users
 
     vocab = int(model.get_input_embeddings().weight.shape[0])
@@ -116,20 +120,20 @@ def _probe_problem(model: Any, layers: LayerAttention) -> str | None:
                 got = runner.scratch_forward(texts[0][None, length - 1 : length + 2]).float().cpu()[0]
                 error = _relative_error(got, references[0][length - 1 : length + 2])
                 if error > tolerance:
-                    return (f"{case.feature}: the scratch forward's logits differ from a plain forward by "
-                            f"{error:.2e} (relative, > {tolerance:.0e})")
+                    return case.feature, (f"the scratch forward's logits differ from a plain forward by "
+                                          f"{error:.2e} (relative, > {tolerance:.0e})")
             tokens, parents, valid, truth = _trees(texts, case.lengths, vocab)
             depths, visible = tree_layout(parents)
             logits = runner.verify_forward(tokens, depths, visible, valid=valid).float().cpu()
             runner.release()
         except Exception as error:  # any failure inside the model's forward means unsupported
-            return f"{case.feature}: {type(error).__name__}: {error}"
+            return case.feature, f"{type(error).__name__}: {error}"
         for row, length in enumerate(case.lengths):
             got = logits[row, truth[row]]
             error = _relative_error(got, references[row][length - 1 : length + 3])
             if error > tolerance:
-                return (f"{case.feature}: row {row} (prompt of {length} tokens) logits differ from a plain "
-                        f"forward by {error:.2e} (relative, > {tolerance:.0e})")
+                return case.feature, (f"row {row} (prompt of {length} tokens) logits differ from a plain "
+                                      f"forward by {error:.2e} (relative, > {tolerance:.0e})")
     return None
 
 

@@ -53,7 +53,7 @@ def gemma3(window: int = 8, attn: str = "sdpa", seed: int = 0, **overrides):
 
 
 def gemma2(attn: str = "eager", window: int = 8):
-    """transformers 5 builds Gemma 2 only on eager (its SDPA path would drop the soft-capping); another
+    """transformers 5 builds Gemma 2 only on eager (its SDPA path cannot soft-cap); another
     implementation is set on the config afterwards, as a model loaded with it would carry."""
     torch.manual_seed(0)
     config = Gemma2Config(num_hidden_layers=4, head_dim=16, sliding_window=window, attn_implementation="eager",
