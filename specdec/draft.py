@@ -38,6 +38,11 @@ class Draft:
     num_nodes: torch.Tensor  # [B] long
     q: torch.Tensor | None = None  # [B, N, V] float: processed distribution node i was sampled from
     extra: ExtraSlots | None = None
+    # [B, N] float, optional: how likely the drafter thinks node i is accepted (higher = better; e.g. a
+    # path probability). The goodput controller keeps the best-scored nodes of a tree when it cuts a
+    # deterministic draft and calibrates scores online into acceptance probabilities; unscored drafts are
+    # cut by node order (chains by depth, trees breadth-first in the order given).
+    scores: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -63,6 +68,7 @@ class Draft:
         tokens: torch.Tensor,
         lengths: torch.Tensor | None = None,
         q: torch.Tensor | None = None,
+        scores: torch.Tensor | None = None,
     ) -> Draft:
         """A chain per row from padded tokens [B, K]; `lengths` [B] defaults to K everywhere."""
         batch, width = tokens.shape
@@ -70,7 +76,7 @@ class Draft:
         parents = (torch.arange(width, device=device) - 1).expand(batch, width).clone()
         if lengths is None:
             lengths = torch.full((batch,), width, dtype=torch.long, device=device)
-        return cls(tokens.long(), parents, lengths.long().to(device), q)
+        return cls(tokens.long(), parents, lengths.long().to(device), q, scores=scores)
 
     @classmethod
     def from_rows(
@@ -80,19 +86,19 @@ class Draft:
     ) -> Draft:
         """Build from per-row (tokens, parents) lists; convenient for drafters written in Python."""
         width = max((len(tokens) for tokens, _ in rows), default=0)
-        batch = len(rows)
-        tokens_out = torch.zeros(batch, width, dtype=torch.long)
-        parents_out = torch.full((batch, width), -1, dtype=torch.long)
-        counts = torch.zeros(batch, dtype=torch.long)
+        padded_tokens, padded_parents, counts = [], [], []
         for b, (tokens, parents) in enumerate(rows):
             if len(tokens) != len(parents):
                 raise ValueError(f"row {b}: {len(tokens)} tokens but {len(parents)} parents")
-            n = len(tokens)
-            if n:
-                tokens_out[b, :n] = torch.as_tensor(list(tokens), dtype=torch.long)
-                parents_out[b, :n] = torch.as_tensor(list(parents), dtype=torch.long)
-            counts[b] = n
-        return cls(tokens_out.to(device), parents_out.to(device), counts.to(device))
+            pad = width - len(tokens)
+            padded_tokens.append([int(t) for t in tokens] + [0] * pad)
+            padded_parents.append([int(p) for p in parents] + [-1] * pad)
+            counts.append(len(tokens))
+        # One tensor per field from Python lists: drafters written in Python call this every step.
+        shape = (len(rows), width)
+        tokens_out = torch.tensor(padded_tokens, dtype=torch.long).reshape(shape)
+        parents_out = torch.tensor(padded_parents, dtype=torch.long).reshape(shape)
+        return cls(tokens_out.to(device), parents_out.to(device), torch.tensor(counts, dtype=torch.long).to(device))
 
 
 @dataclass

@@ -26,7 +26,8 @@ def validate_draft(
     if tokens.dim() != 2 or tokens.shape[0] != batch or parents.shape != tokens.shape or counts.shape != (batch,):
         raise _fail(drafter, f"expected tokens/parents [B={batch}, N] and num_nodes [{batch}], got "
                     f"{tuple(tokens.shape)}, {tuple(parents.shape)}, {tuple(counts.shape)}")
-    if tokens.shape[1] == 0 and draft.extra is None and draft.q is None:  # empty draft: the common fast path
+    if tokens.shape[1] == 0 and draft.extra is None and draft.q is None and draft.scores is None:
+        # empty draft: the common fast path
         if bool((counts != 0).any()):
             raise _fail(drafter, "num_nodes must be 0 for a draft with no nodes")
         return draft
@@ -37,16 +38,19 @@ def validate_draft(
                         f"({device}) or the CPU")
     width = tokens.shape[1]
     counts_cpu = counts.cpu()
-    if bool((counts_cpu < 0).any()) or bool((counts_cpu > width).any()):
-        raise _fail(drafter, f"num_nodes {counts_cpu.tolist()} outside [0, {width}]")
-    if (int(counts_cpu.max()) if counts_cpu.numel() else 0) > max_nodes:
-        raise _fail(drafter, f"{int(counts_cpu.max())} nodes exceed the budget of {max_nodes} per row")
-    valid = torch.arange(width)[None, :] < counts_cpu[:, None]
+    count_list = counts_cpu.tolist()
+    if any(c < 0 or c > width for c in count_list):
+        raise _fail(drafter, f"num_nodes {count_list} outside [0, {width}]")
+    if max(count_list, default=0) > max_nodes:
+        raise _fail(drafter, f"{max(count_list)} nodes exceed the budget of {max_nodes} per row")
+    index = torch.arange(width)[None, :]
+    valid = index < counts_cpu[:, None]
     tokens_cpu, parents_cpu = tokens.cpu(), parents.cpu()
-    if bool(((tokens_cpu < 0) | (tokens_cpu >= vocab_size))[valid].any()):
-        raise _fail(drafter, f"token ids outside the vocabulary [0, {vocab_size})")
-    index = torch.arange(width)[None, :].expand_as(parents_cpu)
-    if bool(((parents_cpu < -1) | (parents_cpu >= index))[valid].any()):
+    # One pass over both (drafts are checked every step): which check failed is sorted out after.
+    bad_token = (tokens_cpu < 0) | (tokens_cpu >= vocab_size)
+    if bool(((bad_token | (parents_cpu < -1) | (parents_cpu >= index)) & valid).any()):
+        if bool((bad_token & valid).any()):
+            raise _fail(drafter, f"token ids outside the vocabulary [0, {vocab_size})")
         raise _fail(drafter, "every parent index must be -1 or an earlier node")
     if draft.q is not None:
         q = draft.q
@@ -59,10 +63,18 @@ def validate_draft(
         if q_valid.numel() and (bool((q_valid < 0).any()) or not torch.allclose(
                 q_valid.sum(-1), torch.ones(q_valid.shape[0], device=q.device), atol=1e-3)):
             raise _fail(drafter, "q is not a probability distribution (negative or rows not summing to 1)")
+    scores = draft.scores
+    if scores is not None:
+        if not isinstance(scores, torch.Tensor) or scores.shape != (batch, width) or not scores.is_floating_point():
+            raise _fail(drafter, f"scores must be a float tensor [{batch}, {width}], got "
+                        f"{getattr(scores, 'dtype', type(scores).__name__)} {tuple(getattr(scores, 'shape', ()))}")
+        scores = scores.detach().float().cpu()
+        if bool(((~torch.isfinite(scores) | (scores < 0)) & valid).any()):
+            raise _fail(drafter, "scores must be finite and non-negative")
     if draft.extra is not None:
         _validate_extra(draft.extra, drafter, batch, width)
     return Draft(tokens.to(device), parents.to(device), counts.to(device),
-                 None if draft.q is None else draft.q.to(device), draft.extra)
+                 None if draft.q is None else draft.q.to(device), draft.extra, scores)
 
 
 def _validate_extra(extra: ExtraSlots, drafter: str, batch: int, width: int) -> None:
@@ -98,22 +110,48 @@ def prune_draft(draft: Draft, max_depth: torch.Tensor, extra_max_depth: torch.Te
     """
     if draft.width == 0 and draft.extra is None:
         return draft
+    if draft.extra is None:  # a chain is pruned by clamping its length (the common case, every step)
+        width = draft.width
+        chain = torch.arange(-1, width - 1, device=draft.parents.device)
+        valid = draft.node_mask()
+        if bool(((draft.parents == chain) | ~valid).all()):
+            limit = max_depth.to(draft.num_nodes.device).clamp(min=0)
+            if bool((draft.num_nodes <= limit).all()):
+                return draft
+            counts = torch.minimum(draft.num_nodes, limit)
+            new_width = int(counts.max()) if counts.numel() else 0
+            return Draft(draft.tokens[:, :new_width], draft.parents[:, :new_width], counts,
+                         None if draft.q is None else draft.q[:, :new_width], None,
+                         None if draft.scores is None else draft.scores[:, :new_width])
     device = draft.tokens.device
     valid = draft.node_mask()
     depths = node_depths(draft.parents, valid)
     keep = valid & (depths <= max_depth.to(device)[:, None])
-    extra = draft.extra
-    if bool((keep == valid).all()) and extra is None:
+    if bool((keep == valid).all()) and draft.extra is None:
         return draft
+    return keep_nodes(draft, keep, extra_max_depth)
+
+
+def keep_nodes(draft: Draft, keep: torch.Tensor, extra_max_depth: torch.Tensor | None = None,
+               root_extras: torch.Tensor | None = None) -> Draft:
+    """The draft restricted to the nodes `keep` [B, N] (a connected subtree per row: every kept node's
+    parent is kept), compacted in their original order and narrowed to the widest row, with the extra
+    slots hanging from kept nodes. `root_extras` [B] bool drops the extra slots hanging from the root
+    where False (a plain step). Narrowing matters: padding is computed at batch 1 and breaks the
+    plain-chain fast path."""
+    valid = draft.node_mask()
+    keep = keep & valid
+    counts = keep.sum(dim=1)
+    width = int(counts.max()) if counts.numel() else 0
     new_index = torch.cumsum(keep.long(), dim=1) - 1
     parents = torch.where(draft.parents >= 0, new_index.gather(1, draft.parents.clamp(min=0)), -1)
-    tokens, parents = _compact(keep, draft.tokens, parents)
-    q = None if draft.q is None else _compact(keep.to(draft.q.device), draft.q)[0]
-    counts = keep.sum(dim=1)
+    tokens, parents = (t[:, :width] for t in _compact(keep, draft.tokens, parents))
+    q = None if draft.q is None else _compact(keep.to(draft.q.device), draft.q)[0][:, :width]
+    scores = None if draft.scores is None else _compact(keep.to(draft.scores.device), draft.scores)[0][:, :width]
     new_extra = None
-    if extra is not None:
-        new_extra = _prune_extra(extra, draft, keep, new_index, extra_max_depth)
-    return Draft(tokens, parents, counts, q, new_extra)
+    if draft.extra is not None:
+        new_extra = _prune_extra(draft.extra, draft, keep, new_index, extra_max_depth, root_extras, width)
+    return Draft(tokens.contiguous(), parents.contiguous(), counts, q, new_extra, scores)
 
 
 def _prune_extra(
@@ -122,9 +160,13 @@ def _prune_extra(
     keep: torch.Tensor,
     new_index: torch.Tensor,
     extra_max_depth: torch.Tensor | None,
+    root_extras: torch.Tensor | None = None,
+    new_width: int | None = None,
 ) -> ExtraSlots:
-    """Drop extra slots whose parent was pruned or that would sit past the context limit."""
+    """Drop extra slots whose parent was pruned or that would sit past the context limit; slot parents
+    are renumbered for a draft narrowed to `new_width` nodes."""
     width, slots = draft.width, extra.embeds.shape[1]
+    new_width = width if new_width is None else new_width
     device = draft.tokens.device
     parents = extra.parents.to(device)
     valid = torch.arange(slots, device=device)[None, :] < extra.num_slots.to(device)[:, None]
@@ -134,16 +176,18 @@ def _prune_extra(
     extra_ok = valid.clone()
     if extra_max_depth is not None:
         extra_ok &= node_depths(all_parents, all_valid)[:, width:] <= extra_max_depth.to(device)[:, None]
+    root = (torch.ones(keep.shape[0], dtype=torch.bool, device=device) if root_extras is None
+            else root_extras.to(device))
     alive = torch.cat([keep, extra_ok], dim=1)
     for _ in range(slots):  # a slot survives only if its parent does
-        parent_alive = torch.where(all_parents >= 0, alive.gather(1, all_parents.clamp(min=0)), True)
+        parent_alive = torch.where(all_parents >= 0, alive.gather(1, all_parents.clamp(min=0)), root[:, None])
         updated = torch.cat([keep, extra_ok & parent_alive[:, width:]], dim=1)
         if torch.equal(updated, alive):
             break
         alive = updated
     extra_keep = alive[:, width:]
-    # The pruned draft keeps its padded width N, so extra slot e is still numbered N + e.
-    combined_index = torch.cat([new_index, width + torch.cumsum(extra_keep.long(), dim=1) - 1], dim=1)
+    # Extra slot e of the new draft is numbered new_width + e in the combined index.
+    combined_index = torch.cat([new_index, new_width + torch.cumsum(extra_keep.long(), dim=1) - 1], dim=1)
     new_parents = torch.where(parents >= 0, combined_index.gather(1, parents.clamp(min=0)), -1)
     embeds, new_parents = _compact(extra_keep.to(extra.embeds.device), extra.embeds, new_parents)
     return ExtraSlots(embeds, new_parents, extra_keep.sum(dim=1))
