@@ -1,0 +1,321 @@
+"""What a decoding step costs on the running device, so the goodput controller can weigh a draft's
+expected tokens against the time it takes.
+
+Three parts, kept in one `CostModel` per (model, device):
+
+* the verification forward, seconds as a function of the batch and the number of inputs (one root per
+  row plus draft nodes and extra slots). Measured at first use (a few dozen forwards per batch-size
+  bucket, seconds in all) because the curve is not linear on real hardware: on a CPU, 2 inputs cost
+  ~1.4x one input while 3 to 8 cost about the same as 2. Every real step is compared with the curve;
+  a persistent drift rescales it and, past a limit, re-measures it at the next call.
+* each drafter's own cost per step (seconds = base + per level + per node), learnt online from the
+  time of its `propose` calls, by recursive least squares with forgetting.
+* the engine's other per-step work (verifier, commit, bookkeeping), a running mean.
+
+It also keeps pooled acceptance estimates per drafter (`specdec.acceptance`), the prior for new rows.
+
+Where it lives: `cost_model_for(model)` keeps one per model object in a WeakKeyDictionary (never on
+the model itself: the user's model is not modified), or the caller passes one to `generate`. Issue 20
+will move this to the place that owns per-model runtime state; everything reads it through this object.
+
+Determinism: `CostModel.table()` is what decisions read. `snapshot()` gives a frozen copy, used for a
+whole call when the output may depend on decisions (see `specdec.controller`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import platform
+import time
+import weakref
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: Inputs beyond one per row at which the verification forward is timed (then interpolated).
+EXTRA_GRID = (0, 1, 2, 3, 4, 8, 16, 32, 64, 128, 256)
+#: Drift beyond this factor (observed / measured, smoothed) at the end of a call re-measures the curves
+#: at the next one; smaller drifts are absorbed by the smoothed scale and per-width corrections.
+REMEASURE_DRIFT = 2.0
+
+
+def device_key(device: torch.device | str) -> str:
+    """'cuda:<name>' or 'cpu:<processor> x<threads>': costs measured on one never price another."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    if device.type == "cpu":
+        name = ""
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        return f"cpu:{name or platform.processor() or platform.machine()} x{torch.get_num_threads()}"
+    return f"{device.type}:{device}"
+
+
+@dataclass(frozen=True)
+class VerifyCurve:
+    """Seconds of one verification forward at `batch` rows, by inputs beyond one per row."""
+
+    batch: int
+    extras: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def at(self, extra: float) -> float:
+        """Piecewise linear; past the last point, the last segment's slope (never below flat)."""
+        xs, ys = self.extras, self.seconds
+        if extra <= xs[0]:
+            return ys[0]
+        index = bisect_right(xs, extra) - 1
+        if index >= len(xs) - 1:
+            slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])) if len(xs) > 1 else 0.0
+            return ys[-1] + slope * (extra - xs[-1])
+        x0, x1, y0, y1 = xs[index], xs[index + 1], ys[index], ys[index + 1]
+        return y0 + (y1 - y0) * (extra - x0) / (x1 - x0)
+
+
+class LinearFit:
+    """Recursive least squares with forgetting: seconds ~ w . features, ridge-started at zero (an unseen
+    drafter costs nothing until measured). Cheap: a few features, updated once per step."""
+
+    def __init__(self, size: int, forgetting: float = 0.97, ridge: float = 1.0) -> None:
+        self.weights = [0.0] * size
+        self.inverse = [[(1.0 / ridge if i == j else 0.0) for j in range(size)] for i in range(size)]
+        self.forgetting = forgetting
+        self.samples = 0
+
+    def predict(self, features: Iterable[float]) -> float:
+        return max(0.0, sum(w * x for w, x in zip(self.weights, features)))
+
+    def update(self, features: list[float], target: float) -> None:
+        p, lam = self.inverse, self.forgetting
+        px = [sum(p[i][j] * features[j] for j in range(len(features))) for i in range(len(features))]
+        denominator = lam + sum(x * v for x, v in zip(features, px))
+        gain = [v / denominator for v in px]
+        error = target - sum(w * x for w, x in zip(self.weights, features))
+        self.weights = [w + g * error for w, g in zip(self.weights, gain)]
+        self.inverse = [[(p[i][j] - gain[i] * px[j]) / lam for j in range(len(features))]
+                        for i in range(len(features))]
+        self.samples += 1
+
+
+@dataclass
+class CostTable:
+    """Everything a decision reads. The live one is updated in place; `CostModel.snapshot()` copies it."""
+
+    curves: dict[tuple[bool, int], VerifyCurve] = field(default_factory=dict)  # (packed, batch bucket)
+    scale: dict[bool, float] = field(default_factory=dict)  # observed / measured, smoothed, per packing
+    # What the scale leaves, per (packed, bucket, grid point): e.g. trees cost more than the chains measured.
+    corrections: dict[tuple[bool, int, int], float] = field(default_factory=dict)
+    drafters: dict[str, LinearFit] = field(default_factory=dict)  # seconds ~ [1, levels, nodes]
+    overhead: float = 0.0  # engine seconds per step outside draft and verify
+    overhead_samples: int = 0
+    acceptance: dict[str, Any] = field(default_factory=dict)  # pooled acceptance per drafter (priors)
+
+    def verify(self, batch: int, inputs: float, packed: bool = True) -> float:
+        """Seconds of a verification forward of `inputs` inputs over `batch` rows (interpolated in batch
+        between the measured power-of-two buckets). One row is one computation whatever the batch mode."""
+        packed = packed or batch <= 1
+        low, high = _buckets(batch)
+        extra = max(0.0, inputs - batch)
+        scale = self.scale.get(packed, 1.0)
+        low_curve, high_curve = self.curves.get((packed, low)), self.curves.get((packed, high))
+        if low_curve is None or high_curve is None:
+            curve = low_curve or high_curve or next(iter(self.curves.values()), None)
+            return 0.0 if curve is None else scale * curve.at(extra) * self._correction(packed, curve, extra)
+        low_seconds = low_curve.at(extra) * self._correction(packed, low_curve, extra)
+        if low == high:
+            return scale * low_seconds
+        share = (batch - low) / (high - low)
+        high_seconds = high_curve.at(extra) * self._correction(packed, high_curve, extra)
+        return scale * ((1 - share) * low_seconds + share * high_seconds)
+
+    def _correction(self, packed: bool, curve: VerifyCurve, extra: float) -> float:
+        if not self.corrections:
+            return 1.0
+        return self.corrections.get((packed, curve.batch, nearest(curve.extras, extra)), 1.0)
+
+    def draft(self, name: str, levels: float, nodes: float) -> float:
+        """Seconds of a drafter's propose that drafts `nodes` nodes over `levels` tree levels (0: nothing)."""
+        fit = self.drafters.get(name)
+        if fit is None or nodes <= 0:
+            return 0.0
+        return fit.predict((1.0, levels, nodes))
+
+    def has_curves(self, packed: bool, batches: Iterable[int]) -> bool:
+        return all((packed, bucket) in self.curves for b in batches for bucket in _buckets(b))
+
+
+def nearest(grid: tuple[int, ...], value: float) -> int:
+    """Index of the grid point closest to `value`."""
+    index = bisect_right(grid, value)
+    if index == 0:
+        return 0
+    if index >= len(grid) or value - grid[index - 1] <= grid[index] - value:
+        return index - 1
+    return index
+
+
+def _buckets(batch: int) -> tuple[int, int]:
+    """The powers of two around `batch` (equal when it is one)."""
+    batch = max(1, int(batch))
+    low = 1 << (batch.bit_length() - 1)
+    return low, (low if low == batch else low * 2)
+
+
+class CostModel:
+    """Step costs of one model on one device (see the module docstring). Thread-unsafe by design: one
+    generate call at a time per model, as the engine already assumes."""
+
+    def __init__(self, device: str = "", rounds: int = 3) -> None:
+        self.device = device
+        self.rounds = rounds
+        self.live = CostTable()
+        self.stale: set[bool] = set()  # packings whose curves drifted past REMEASURE_DRIFT
+        self.measure_seconds = 0.0  # wall time spent measuring, for the stats
+
+    # -- reading -------------------------------------------------------------------------------
+    def table(self) -> CostTable:
+        return self.live
+
+    def snapshot(self) -> CostTable:
+        """A frozen copy: decisions made from it do not move with this call's timings."""
+        return copy.deepcopy(self.live)
+
+    # -- measuring -----------------------------------------------------------------------------
+    def ensure(self, model: Any, batches: Iterable[int], packed: bool, padded: bool, context: int) -> float:
+        """Measure the verification curve for every bucket around `batches` that is missing (or stale);
+        returns the seconds spent. The model and its config are only run, never changed."""
+        wanted = sorted({bucket for b in batches for bucket in _buckets(b)})
+        if packed in self.stale:
+            self.stale.discard(packed)
+            self.live.scale[packed] = 1.0
+            self.live.corrections = {k: v for k, v in self.live.corrections.items() if k[0] != packed}
+            for bucket in wanted:
+                self.live.curves.pop((packed, bucket), None)
+        missing = [bucket for bucket in wanted if (packed or bucket == 1, bucket) not in self.live.curves]
+        if not missing:
+            return 0.0
+        started = time.perf_counter()
+        for bucket in missing:
+            grid = tuple(e for e in EXTRA_GRID if e <= max(64, 16 * bucket))
+            alone = bucket == 1  # one row: the same forward in every batch mode, measured (and keyed) once
+            seconds = measure_verify(model, bucket, grid, None if alone else packed, padded and not alone, context,
+                                     self.rounds)
+            self.live.curves[(packed or alone, bucket)] = VerifyCurve(bucket, grid, tuple(seconds))
+        self.live.scale.setdefault(packed, 1.0)
+        spent = time.perf_counter() - started
+        self.measure_seconds += spent
+        return spent
+
+    # -- learning from real steps --------------------------------------------------------------
+    def observe_verify(self, batch: int, inputs: int, packed: bool, seconds: float) -> None:
+        """Smooth the ratio of a real forward's time to the curve (geometric, so one outlier moves
+        little) into the scale, and what the scale leaves into the correction of the nearest width."""
+        table = self.live
+        packed = packed or batch <= 1
+        scale = table.scale.get(packed, 1.0)
+        predicted = table.verify(batch, inputs, packed)
+        if predicted <= 0 or seconds <= 0:
+            return
+        # Bounded steps: on a shared machine one forward can take twice its time for reasons of its own.
+        ratio = min(1.4, max(0.7, seconds / predicted))
+        table.scale[packed] = math.exp(math.log(scale) + 0.05 * math.log(ratio))
+        low, _ = _buckets(batch)
+        curve = table.curves.get((packed, low))
+        if curve is not None:
+            key = (packed, low, nearest(curve.extras, max(0.0, inputs - batch)))
+            old = table.corrections.get(key, 1.0)
+            table.corrections[key] = min(4.0, max(0.25, math.exp(math.log(old) + 0.1 * math.log(ratio))))
+
+    def end_call(self) -> None:
+        """A drift the scale had to absorb for a whole call means the curves are out of date."""
+        for packed, scale in self.live.scale.items():
+            if abs(math.log(scale)) > math.log(REMEASURE_DRIFT):
+                self.stale.add(packed)
+
+    def observe_draft(self, name: str, levels: int, nodes: int, seconds: float) -> None:
+        if nodes <= 0:
+            return
+        fit = self.live.drafters.setdefault(name, LinearFit(3))
+        fit.update([1.0, float(levels), float(nodes)], seconds)
+
+    def observe_overhead(self, seconds: float) -> None:
+        table = self.live
+        table.overhead_samples += 1
+        weight = max(0.05, 1.0 / table.overhead_samples)
+        table.overhead += weight * (seconds - table.overhead)
+
+
+def measure_verify(model: Any, batch: int, grid: tuple[int, ...], packed: bool | None, padded: bool, context: int,
+                   rounds: int = 3, seed: int = 0) -> list[float]:
+    """Seconds of a verification forward (chains, inputs spread evenly over the rows) for each
+    number of extra inputs in `grid`, on a prefix of `context` random tokens per row. Sizes are
+    interleaved each round, so load drift on a shared machine hits all of them alike."""
+    from .engine import tree_layout
+    from .target import TargetRunner
+
+    vocab = int(model.get_input_embeddings().weight.shape[0])
+    generator = torch.Generator().manual_seed(seed)
+    widest = 1 + -(-max(grid) // batch)
+    runner = TargetRunner(model, batch, context + widest + 2, padded=padded, packed_inputs=None if padded else packed)
+    times: dict[int, list[float]] = {extra: [] for extra in grid}
+    try:
+        with torch.inference_mode():
+            runner.prefill(torch.randint(0, vocab, (batch, context), generator=generator),
+                           torch.full((batch,), context))
+            layouts = {}
+            for extra in grid:
+                widths = torch.tensor([1 + extra // batch + (row < extra % batch) for row in range(batch)])
+                steps = int(widths.max())
+                valid = torch.arange(steps)[None, :] < widths[:, None]
+                parents = (torch.arange(steps) - 1).clamp(min=0).expand(batch, steps).contiguous()
+                depths, visible = tree_layout(parents)
+                layouts[extra] = (steps, depths, visible, valid)
+            for round_index in range(rounds + 1):
+                for extra in grid:
+                    steps, depths, visible, valid = layouts[extra]
+                    ids = torch.randint(0, vocab, (batch, steps), generator=generator)
+                    if model_is_cuda(runner):
+                        torch.cuda.synchronize(runner.device)
+                    start = time.perf_counter()
+                    runner.verify_forward(ids, depths, visible, valid=valid)
+                    if model_is_cuda(runner):
+                        torch.cuda.synchronize(runner.device)
+                    if round_index:  # the first round warms up
+                        times[extra].append(time.perf_counter() - start)
+    finally:
+        runner.release()
+    # The fastest of the rounds: another job on a shared machine only ever adds time. Then a forward is
+    # never cheaper with more inputs: a point above a later one is noise and takes the later value (a
+    # spike cannot spread to the wider points).
+    seconds = [min(times[extra]) for extra in grid]
+    for index in range(len(seconds) - 2, -1, -1):
+        seconds[index] = min(seconds[index], seconds[index + 1])
+    return seconds
+
+
+def model_is_cuda(runner: Any) -> bool:
+    return runner.device.type == "cuda"
+
+
+_MODELS: weakref.WeakKeyDictionary[Any, dict[str, CostModel]] = weakref.WeakKeyDictionary()
+
+
+def cost_model_for(model: Any, device: torch.device | str) -> CostModel:
+    """The cost model of `model` on `device`, created empty at first use (measured lazily by `ensure`).
+    Kept beside the model, keyed by the model object, and dropped with it; issue 20 moves it."""
+    key = device_key(device)
+    per_device = _MODELS.setdefault(model, {})
+    if key not in per_device:
+        per_device[key] = CostModel(key)
+    return per_device[key]
