@@ -1,0 +1,114 @@
+"""Online acceptance estimates: how likely each node of a row's next draft is to be accepted.
+
+Nodes are numbered by position in the drafter's order (a chain's depth i + 1; a tree's i-th node,
+best-scored first or breadth-first). Per position the estimate is *conditional*: c[i] = P(node i is
+accepted | its parent was, and it was verified). A node's chance is then c[i] times its parent's, so on
+a chain P(depth d) = c[0] * ... * c[d-1]. Conditionals are what stays put while the text changes: when
+a row starts copying a passage, the first positions' verdicts raise every deeper node's chance at once,
+even for depths the controller has not verified lately (marginal estimates would stay where they were
+left, and a cut never verifying them would never learn otherwise).
+
+Drafters that score their nodes (`Draft.scores`: anpd's match quality, PPD's path probabilities) tell
+the cut which of this step's proposals are better or worse than usual: a node's conditional score
+(its score over its parent's) relative to the mean conditional score seen at that position scales c[i]
+by the square root of that ratio (between 1/2 and 2 times). The level comes from the verdicts, never from the scores' own scale.
+
+Counts decay each time a position is observed (recent text matters more). A prior enters as a few
+pseudo-counts that decay with the rest, so it only speaks until a position has been seen a few times;
+for a drafter that scores, the prior is the mean conditional score at that position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+#: Default prior: the first node is accepted 60% of the time, each next one 85% given its parent,
+#: optimistic enough that a new row tries its drafter, weak enough to be overruled after a few verdicts.
+PRIOR_FIRST = 0.6
+PRIOR_NEXT = 0.85
+PRIOR_WEIGHT = 2.0
+DECAY = 0.85
+
+
+def _prior(values: list[float], position: int) -> float:
+    if position < len(values):
+        return values[position]
+    if values:
+        return values[-1]
+    return PRIOR_FIRST if position == 0 else PRIOR_NEXT
+
+
+@dataclass
+class RowAcceptance:
+    """Decayed conditional acceptance counts and mean conditional scores by position, for one row and
+    drafter."""
+
+    prior: list[float] = field(default_factory=list)  # prior conditional acceptance by position
+    weight: float = PRIOR_WEIGHT
+    decay: float = DECAY
+    hits: list[float] = field(default_factory=list)
+    trials: list[float] = field(default_factory=list)
+    score_mean: list[float] = field(default_factory=list)  # mean conditional score by position
+
+    def _start(self, position: int) -> float:
+        """Before any verdict at a position: the prior, else (for drafters that score) the mean score
+        there, which for probability-like scores (PPD's measured accuracies, a draft's confidence) is
+        better than a guess; siblings in a tree get their scores' small chances, not 60% each."""
+        if position < len(self.prior):
+            return self.prior[position]
+        if position < len(self.score_mean):
+            return min(1.0, self.score_mean[position])
+        return _prior(self.prior, position)
+
+    def conditional(self, position: int) -> float:
+        if position < len(self.trials):
+            return self.hits[position] / self.trials[position]
+        return self._start(position)
+
+    def probs(self, count: int) -> list[float]:
+        """P(accepted) of a chain's first `count` nodes."""
+        out: list[float] = []
+        p = 1.0
+        for i in range(count):
+            p *= self.conditional(i)
+            out.append(p)
+        return out
+
+    def node_probs(self, parents: Sequence[int], scores: Sequence[float] | None = None) -> list[float]:
+        """P(accepted) of nodes in position order; `parents[i]` is the position of node i's parent (-1:
+        the root, always earlier); `scores` their conditional scores, when the drafter gives some."""
+        out: list[float] = []
+        for i, parent in enumerate(parents):
+            c = self.conditional(i)
+            if scores is not None and i < len(self.score_mean) and self.score_mean[i] > 0:
+                # Damped: a score twice the usual one makes acceptance likelier, not twice as likely.
+                c = min(1.0, c * min(2.0, max(0.5, (scores[i] / self.score_mean[i]) ** 0.5)))
+            out.append(c * (out[parent] if parent >= 0 else 1.0))
+        return out
+
+    def observe(self, parents: Sequence[int], accepted: Sequence[bool]) -> None:
+        """Verdict of one step over the verified nodes in position order: a node is a trial of its
+        position's conditional when its parent was accepted (or is the root)."""
+        while len(self.trials) < len(accepted):  # the prior enters as pseudo-counts that decay too
+            self.hits.append(self.weight * self._start(len(self.trials)))
+            self.trials.append(self.weight)
+        for i, (parent, hit) in enumerate(zip(parents, accepted)):
+            if parent >= 0 and not accepted[parent]:
+                continue
+            self.hits[i] = self.decay * self.hits[i] + float(hit)
+            self.trials[i] = self.decay * self.trials[i] + 1.0
+
+    def observe_scores(self, scores: Sequence[float]) -> None:
+        """Conditional scores of one proposal in position order (every proposed node, verified or not)."""
+        for i, score in enumerate(scores):
+            if i >= len(self.score_mean):
+                self.score_mean.append(score)
+            else:
+                self.score_mean[i] = self.decay * self.score_mean[i] + (1 - self.decay) * score
+
+    def fork(self, weight: float = PRIOR_WEIGHT, decay: float = DECAY) -> RowAcceptance:
+        """A fresh estimate whose prior is this one (pooled rows -> a new row's starting point)."""
+        count = max(len(self.trials), len(self.prior), 1)
+        return RowAcceptance(prior=[self.conditional(i) for i in range(count)], weight=weight, decay=decay,
+                             score_mean=list(self.score_mean))
