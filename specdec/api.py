@@ -13,6 +13,8 @@ import torch
 from pydantic import BaseModel
 
 from . import registry
+from .controller import ControllerOptions
+from .costs import CostModel
 from .engine import EngineConfig, SpeculativeEngine
 from .model_support import check_model_supported
 from .plugins import Drafter, Verifier
@@ -104,6 +106,19 @@ def _eos_ids(model: Any, eos_token_id: int | Sequence[int] | None) -> frozenset[
     return frozenset(int(t) for t in eos_token_id)
 
 
+def _controller_options(controller: bool | dict | ControllerOptions | None) -> ControllerOptions | None:
+    if controller is None or controller is False:
+        return None
+    if controller is True:
+        return ControllerOptions()
+    if isinstance(controller, ControllerOptions):
+        return controller
+    if isinstance(controller, dict):
+        return ControllerOptions(**controller)
+    raise TypeError(f"controller must be True, False, a dict of options or ControllerOptions, got "
+                    f"{type(controller).__name__}")
+
+
 def resolve_drafter(drafter: str | Drafter | None, options: dict | BaseModel | None) -> Drafter:
     if drafter is None:
         drafter = "none"
@@ -149,6 +164,8 @@ def generate(
     batch_mode: str = "unpadded",
     packed_inputs: bool | None = None,
     max_batch_size: int | None = None,
+    controller: bool | dict | ControllerOptions = True,
+    cost_model: CostModel | None = None,
 ) -> GenerationOutput:
     """Generate with speculative decoding. See the README for the accepted forms of each argument.
 
@@ -163,6 +180,15 @@ def generate(
     `max_batch_size` (unpadded mode): run at most this many prompts at once; when a row finishes, the
     next waiting prompt is prefilled and takes its place (continuous batching), so a row that speculates
     poorly no longer holds the others back. None runs every prompt in one batch. Outputs do not change.
+
+    `controller`: the goodput controller (`specdec.controller`) decides each step how much of each row's
+    draft to verify, possibly nothing, from this device's measured step costs and the row's acceptance
+    (True, or its options as a dict / `ControllerOptions`). False leaves every drafter to its own
+    schedule, verified in full, as do drafters configured with their own `schedule`. Losslessness never
+    depends on it; with sampling and a seed its decisions are frozen per call (see the module).
+
+    `cost_model`: the `specdec.costs.CostModel` to price steps with (None = the one kept for this model
+    and device, measured at first use). Pass the same one to pin decisions across processes.
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
@@ -176,10 +202,15 @@ def generate(
                          "shared write pointer cannot take rows that join mid-generation")
     if packed_inputs is not None and not isinstance(packed_inputs, bool):
         raise ValueError(f"packed_inputs must be True, False or None, got {packed_inputs!r}")
+    controller_options = _controller_options(controller)
+    if cost_model is not None and not isinstance(cost_model, CostModel):
+        raise TypeError(f"cost_model must be a specdec.costs.CostModel or None, got {type(cost_model).__name__}")
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     # Plugins are resolved (and their options validated) before any model work.
     drafter_obj = resolve_drafter(drafter, drafter_options)
     verifier_obj = resolve_verifier(verifier, verifier_options, sampling)
+    if controller_options is None and drafter_obj.name == "auto":
+        raise ValueError('drafter="auto" is the goodput controller choosing drafters; it needs controller=True')
     model, tokenizer = load_model(model, tokenizer)
     prompts = normalize_prompts(prompt, tokenizer)
     ctx = context_length(model)
@@ -196,7 +227,8 @@ def generate(
     row_seeds(seed, len(prompts))  # a bad seed fails here, before any model work
     config = EngineConfig(max_new_tokens=max_new_tokens, sampling=sampling, eos_token_ids=_eos_ids(model, eos_token_id),
                           stop_strings=stop_strings, max_draft_nodes=max_draft_nodes, batch_mode=batch_mode,
-                          packed_inputs=packed_inputs, max_batch_size=max_batch_size)
+                          packed_inputs=packed_inputs, max_batch_size=max_batch_size,
+                          controller=controller_options, cost_model=cost_model)
     engine = SpeculativeEngine(model, drafter_obj, verifier_obj, config, tokenizer=tokenizer, streamer=streamer,
                                seed=seed)
     with torch.inference_mode():  # no autograd bookkeeping anywhere in the loop (faster than no_grad)

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from .controller import ControllerOptions, GoodputController, Member, Plan
+from .costs import CostModel, cost_model_for
 from .draft import Draft, ExtraSlots, Verdict
 from .errors import DrafterError, VerifierError
 from .plugins import DecodeState, Drafter, GenerationContext, Verifier
@@ -47,6 +49,8 @@ class EngineConfig:
     batch_mode: str = "unpadded"  # "unpadded" (EMS-SD) or "padded" (the vanilla method, for comparison)
     packed_inputs: bool | None = None  # unpadded mode: pack verification inputs (None = when the model allows)
     max_batch_size: int | None = None  # rows running at once; fewer than the prompts = continuous batching
+    controller: ControllerOptions | None = field(default_factory=ControllerOptions)  # None = drafters' own rules
+    cost_model: CostModel | None = None  # None = the one kept for this model and device (specdec.costs)
 
 
 @dataclass
@@ -160,11 +164,16 @@ class SpeculativeEngine:
             model=self.model, tokenizer=self.tokenizer, sampling=config.sampling, generator=generators,
             prompts=[list(p) for p in prompts], max_new_tokens=config.max_new_tokens,
             vocab_size=self.vocab_size, device=self.device, max_draft_nodes=config.max_draft_nodes,
-            rows=list(active),
+            rows=list(active), goodput=config.controller is not None and self.drafter.controlled(),
         )
         stats.prefill_time = time.perf_counter() - started
+        controller = None
         try:
             self._drafter_call("setup", self.drafter.setup, context)
+            measure_started = time.perf_counter()
+            controller = self._controller(prompts, active, target)
+            if controller is not None and not controller.live:  # batch 1 measured before the snapshot
+                stats.prefill_time += time.perf_counter() - measure_started
             stats.setup_cpu_time = time.process_time() - cpu_started  # decode-only CPU = total - this
             step = 0
             while active:
@@ -174,7 +183,10 @@ class SpeculativeEngine:
                     max_depth=torch.tensor([budgets[row] - len(results[row].tokens) - 1 for row in active]),
                     sampling=config.sampling, generator=generators.select(active), target=target, step=step,
                 )
-                finished = self._step(state, target, sequences, results, stoppers, budgets, stats)
+                if controller is not None:
+                    self._measure(controller, target, len(active), stats)
+                finished = self._step(state, target, sequences, results, stoppers, budgets, stats, controller,
+                                      bool(waiting))
                 step += 1
                 if finished:
                     done = [i for i, row in enumerate(active) if row in finished]
@@ -190,6 +202,9 @@ class SpeculativeEngine:
                         if active:
                             target.select_rows(torch.tensor(keep, dtype=torch.long))
         finally:
+            if controller is not None:
+                controller.finish()
+                stats.controller = controller.stats()
             stats.kv_cache_bytes = target.cache.peak_bytes
             stats.kv_used_bytes = target.cache.peak_used_bytes
             stats.kv_holes_added = target.holes_added
@@ -202,6 +217,45 @@ class SpeculativeEngine:
             if self.streamer is not None:
                 self.streamer.end()
         return results, stats
+
+    def _controller(self, prompts: list[list[int]], rows: list[int], target: TargetRunner
+                    ) -> GoodputController | None:
+        """The goodput controller of this call (None when off or when the drafter keeps its own rule).
+
+        Live decisions (current costs, learning) when the output cannot depend on them (greedy with a
+        lossless verifier) or nothing is to be reproduced (sampling without a seed); otherwise frozen:
+        a snapshot of the costs, every row priced alone (see specdec.controller)."""
+        options = self.config.controller
+        if options is None or not self.drafter.controlled():
+            return None
+        sampling = self.config.sampling
+        live = (sampling.greedy and self.verifier.lossless) or (not sampling.greedy and self.seed is None)
+        members_of = getattr(self.drafter, "members", None)
+        drafters = dict(members_of) if isinstance(members_of, dict) else {self.drafter.name: self.drafter}
+        members = [Member(name, bool(d.provides_q) and not sampling.greedy) for name, d in drafters.items()]
+        model_costs = self.config.cost_model or cost_model_for(self.model, self.device)
+        self._measure_context = max(16, min(1024, sum(len(prompts[r]) for r in rows) // max(len(rows), 1)))
+        self._measured: set[int] = set()
+        table = model_costs.table() if live else None
+        if not live:
+            self._ensure(model_costs, target, 1)
+            table = model_costs.snapshot()
+        return GoodputController(members, model_costs, table, live, target.packed_inputs, options)
+
+    def _ensure(self, model_costs: CostModel, target: TargetRunner, batch: int) -> float:
+        return model_costs.ensure(self.model, [batch], target.packed_inputs, target.padded, self._measure_context)
+
+    def _measure(self, controller: GoodputController, target: TargetRunner, batch: int,
+                 stats: GenerationStats) -> None:
+        """Measure the verification cost curve for this batch size the first time it is needed (live
+        calls only; frozen calls measured batch 1 before their snapshot). Counted as setup time."""
+        if not controller.live or batch in self._measured:
+            return
+        self._measured.add(batch)
+        started, cpu_started = time.perf_counter(), time.process_time()
+        if self._ensure(controller.model_costs, target, batch):
+            stats.prefill_time += time.perf_counter() - started
+            stats.setup_cpu_time += time.process_time() - cpu_started
 
     def _prefilled(self, prompts: list[list[int]], rows: list[int], capacity: int) -> TargetRunner:
         """A runner holding `rows`' prompts, all but the last token (the first input of the first step)."""
@@ -236,16 +290,34 @@ class SpeculativeEngine:
         stoppers: list,
         budgets: list[int],
         stats: GenerationStats,
+        controller: GoodputController | None = None,
+        waiting: bool = False,
     ) -> set[int]:
         t0 = time.perf_counter()
         batch = state.batch_size
-        draft = self._drafter_call("propose", self.drafter.propose, state)
+        plan: Plan | None = None
+        if controller is not None:
+            plan = controller.plan(state.row_ids, state.max_depth.tolist(), self.config.max_draft_nodes, waiting)
+            state.draft_budget = torch.tensor(plan.budget, dtype=torch.long)
+            state.draft_choice = list(plan.choice)
+        t_plan = time.perf_counter()
+        if plan is not None:
+            draft = self._drafter_call("propose", controller.propose, self.drafter, state, plan)
+        else:
+            draft = self._drafter_call("propose", self.drafter.propose, state)
         draft = validate_draft(draft, self.drafter.name, batch, self.vocab_size, self.config.max_draft_nodes,
                                self.device)
         extra_limit = None  # extra slots may sit anywhere below the context limit
         if draft.extra is not None and self.context is not None:
             extra_limit = torch.tensor(self.context - 1) - target.lengths
         draft = prune_draft(draft, state.max_depth, extra_limit)
+        t_proposed = time.perf_counter()
+        cut = None
+        draft_before_cut = draft
+        if controller is not None:
+            scored = getattr(self.drafter, "scored", None)
+            scored = dict(scored) if isinstance(scored, dict) else {self.drafter.name: draft.scores is not None}
+            draft, cut = controller.cut(draft, plan, t_proposed - t_plan, scored)
         t1 = time.perf_counter()
 
         # Inputs: [root, nodes (N), extras (E)]; parents in input indices (root = 0 = its own parent).
@@ -273,8 +345,10 @@ class SpeculativeEngine:
         valid = torch.cat([torch.ones(batch, 1, dtype=torch.bool)] + ([node_mask] if width else [])
                           + ([extra_mask] if extra is not None else []), dim=1)
         stats.input_slots += parents.numel()
-        stats.useful_input_slots += batch + int(draft.num_nodes.sum()) + (
-            int(extra.num_slots.sum()) if extra is not None else 0)
+        useful = batch + int(draft.num_nodes.sum()) + (int(extra.num_slots.sum()) if extra is not None else 0)
+        stats.useful_input_slots += useful
+        if cut is not None:
+            cut.inputs = useful if target.packed_inputs else parents.numel()
         if extra is None:
             logits = target.verify_forward(input_ids, depths, visible, valid=valid)
         else:
@@ -302,6 +376,7 @@ class SpeculativeEngine:
         stats.drafted_per_step.append(int(draft.num_nodes.sum()))
         stats.accepted_per_step.append(int(verdict.num_accepted.sum()))
         for row, drafted, accepted in zip(state.row_ids, draft.num_nodes.tolist(), verdict.num_accepted.tolist()):
+            stats.no_draft_row_steps += drafted == 0
             stats.row_steps[row] += 1
             stats.row_drafted[row] += drafted
             stats.row_accepted[row] += accepted
@@ -311,7 +386,26 @@ class SpeculativeEngine:
         stats.draft_time += t1 - t0
         stats.verify_time += t2 - t1
         stats.other_time += (t3 - t2) + (t4 - t3)
+        if controller is not None:
+            drafting = t_proposed - t_plan
+            # On CUDA the forward is asynchronous: it is done once the verdict is read back (t3).
+            controller.observe(plan, cut, verdict, {
+                "verify": (t3 - t1) if self.device.type == "cuda" else (t2 - t1), "other": (t3 - t2) + (t4 - t3) + (t_plan - t0) + (t1 - t_proposed),
+                "draft": drafting, "draft_by_member": self._draft_costs(draft_before_cut, drafting)})
+            if finished:
+                controller.forget([row for row in state.row_ids if row not in finished])
+            stats.other_time += time.perf_counter() - t4  # the controller's own learning
         return finished
+
+    def _draft_costs(self, draft: Draft, seconds: float) -> dict[str, tuple[int, int, float]]:
+        """(levels, nodes, seconds) of each drafter's propose this step, for its cost fit."""
+        per_member = getattr(self.drafter, "last_draft_seconds", None)
+        if isinstance(per_member, dict):
+            spent = dict(per_member)
+            per_member.clear()  # per step
+            return spent
+        counts = draft.num_nodes.tolist()
+        return {self.drafter.name: (max(counts, default=0), sum(counts), seconds)}  # levels: a chain's
 
     def _commit(
         self,

@@ -44,6 +44,10 @@ class GenerationContext:
     # Rows (indices into `prompts`) in the batch at the first step; None = every prompt. With continuous
     # batching (`max_batch_size`) the other prompts join later, each announced by `Drafter.admit`.
     rows: list[int] | None = None
+    # Whether the goodput controller cuts this drafter's drafts in this call (`DecodeState.draft_budget`
+    # is then set every step); a drafter whose schedule is "goodput" falls back to its previous default
+    # rule when it does not (generate(controller=False)).
+    goodput: bool = False
 
     @property
     def first_rows(self) -> list[int]:
@@ -68,6 +72,12 @@ class DecodeState:
     target: TargetRunner  # runs the target on scratch cache slots (self-speculation)
     step: int = 0
     scratch: dict[str, Any] = field(default_factory=dict)
+    # Set by the goodput controller (None when it is off): the most nodes the engine will verify for
+    # row b this step (a chain's length; 0 = the row decodes plainly, draft nothing for it). Nodes past
+    # it are cut anyway, so drafting them only costs time. `max_depth` still bounds the depth.
+    draft_budget: torch.Tensor | None = None  # [B] long
+    # drafter="auto": which member drafter drafts row b (None = no draft); read by the auto drafter.
+    draft_choice: list[str | None] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -88,6 +98,12 @@ class Drafter(ABC):
 
     def setup(self, context: GenerationContext) -> None:  # noqa: B027 - optional hook
         """Called once per generate call, after prefill and before the first step."""
+
+    def controlled(self) -> bool:
+        """Whether the goodput controller (`specdec.controller`) decides how much of this drafter's
+        drafts to verify and sets `DecodeState.draft_budget`. Built-ins offer their own schedule as an
+        option (`schedule=...`); "goodput", or no such option, means the controller."""
+        return getattr(self.options, "schedule", "goodput") == "goodput"
 
     @abstractmethod
     def propose(self, state: DecodeState) -> Draft:

@@ -30,9 +30,13 @@ class GenerationStats:
     kv_padding_slots: int = 0  # of which holes (padded batch mode only)
     kv_holes_added: int = 0  # holes the padded mode added while decoding, all rows (EMS-SD: / new_tokens)
     kv_used_bytes: int = 0  # the largest [rows, slots] KV region one forward read: the exact-size need
+    no_draft_row_steps: int = 0  # row-steps that verified no draft node
     input_slots: int = 0  # verification inputs computed (rows x padded width, summed over steps)
     useful_input_slots: int = 0  # of which real (root + nodes + extra slots)
     drafter_stats: dict[str, Any] = field(default_factory=dict)  # from Drafter.stats()
+    # The goodput controller's account (empty when it was off): which drafter drafted how many row-steps,
+    # the share of row-steps with no draft and why, probes, switches (specdec.controller).
+    controller: dict[str, Any] = field(default_factory=dict)
     # Per prompt row (index = row of the batch as given), so batched runs report tau per row too.
     row_steps: list[int] = field(default_factory=list)
     row_new_tokens: list[int] = field(default_factory=list)
@@ -62,6 +66,11 @@ class GenerationStats:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
     @property
+    def no_draft_share(self) -> float:
+        """Share of row-steps that verified no draft node (plain decoding steps)."""
+        return self.no_draft_row_steps / self.steps if self.steps else 0.0
+
+    @property
     def input_padding_ratio(self) -> float:
         """Share of verification inputs that were padding (rows with smaller drafts than the widest)."""
         return 1.0 - self.useful_input_slots / self.input_slots if self.input_slots else 0.0
@@ -85,7 +94,7 @@ class GenerationStats:
     def to_dict(self) -> dict:
         data = asdict(self)
         for name in ("drafted_tokens", "accepted_tokens", "mean_accepted", "acceptance_rate", "wall_time",
-                     "tokens_per_second", "input_padding_ratio", "row_tau"):
+                     "tokens_per_second", "input_padding_ratio", "row_tau", "no_draft_share"):
             data[name] = getattr(self, name)
         return data
 

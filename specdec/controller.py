@@ -1,0 +1,691 @@
+"""The goodput controller: each step, how much of each row's draft to verify (possibly nothing), and with
+`drafter="auto"` which drafter drafts it, so as to maximise expected committed tokens per second.
+
+    rate = sum over rows of (1 + sum of p over the row's verified nodes)
+           / (draft cost + verify cost(batch, inputs) + engine overhead)
+
+p comes from `specdec.acceptance` (per row, by node position or calibrated score), the costs from
+`specdec.costs` (measured on this device). Nodes are added best-first across rows (the likeliest token
+per input first), every prefix of that order is priced, and the best one is kept, so the step-shaped
+cost curves of real hardware (on a CPU 2 inputs cost ~1.4x one, 3-8 cost the same as 2) are handled
+exactly. A row whose best option is no draft decodes plainly and probes its drafter again after
+`probe_after` steps, the wait doubling while probes keep failing.
+
+Twice per step:
+* `plan`, before drafting, from the estimates by position: each row's drafter and draft budget
+  (`DecodeState.draft_budget`), so drafters whose drafting costs (draft_model, layer_skip) stop early;
+* `cut`, after drafting, deterministic drafts (q None) only: the best prefix of the real nodes (by score
+  when given, else in node order; extra slots follow their nodes). A stochastic draft is only cut to its
+  budget, by node order: which of its nodes are verified must not depend on the sampled tokens
+  themselves, or the verified nodes would no longer be draws from q and rejection sampling would be
+  biased. A budget fixed before drafting never looks at them, so every cut here is lossless.
+
+Determinism. Decisions read wall-clock measurements, so they must not decide a sampled output that a
+seed promises to fix. Rule: decisions are *live* (current costs, learning from this call, the batch
+priced as a whole) when the output cannot depend on them, i.e. greedy decoding with a lossless
+verifier, or when nothing is to be reproduced (sampling without a seed). Otherwise (sampling with a
+seed, or a lossy verifier) they are *frozen*: every row is planned as if it ran alone (batch 1), from a
+snapshot of the cost model taken when the call starts, and the call leaves the cost model as it found
+it, so a row's decisions, and so its random draws, depend only on its own history: the same prompt and
+seed give the same output in any batch, batch mode and repeat within a process. Across processes,
+pass the same `CostModel` (or turn the controller off) to pin the costs too.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from .acceptance import DECAY, PRIOR_WEIGHT, RowAcceptance
+from .costs import CostModel, CostTable
+from .draft import Draft, Verdict
+from .validation import keep_nodes
+
+#: Pooled (drafter-level) estimates forget more slowly than a row's: they are a prior, not a reading.
+POOLED_DECAY = 0.98
+#: A drafter whose one-node draft costs at most this share of a plain step proposes all it can every step.
+CHEAP_DRAFT = 0.1
+
+
+class ControllerOptions(BaseModel):
+    """Options of the goodput controller (`generate(controller=...)`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    probe_after: int = Field(4, ge=1, le=1024, description="steps without a drafter before a row tries it again")
+    probe_share: float = Field(0.03, gt=0.0, le=1.0, description="most of a row's time spent probing drafters "
+                               "that do not pay (shared among them): a probe's expected loss sets its least wait")
+    max_probe_interval: int = Field(64, ge=1, le=4096, description="longest wait between probes (the wait "
+                                    "doubles after each probe that did not pay)")
+    switch_margin: float = Field(0.03, ge=0.0, le=1.0, description="auto: another drafter must promise this "
+                                 "much more (relative) than a row's current one to take it over")
+    max_budget: int = Field(64, ge=1, le=1024, description="most nodes per row the controller verifies")
+    trace: bool = Field(False, description="record every step's decision in stats (for plots)")
+
+
+@dataclass
+class Member:
+    """One drafter the controller can choose (one, or several with drafter="auto")."""
+
+    name: str
+    stochastic: bool  # drafts carry q (sampled): cut only to the budget fixed before drafting
+
+
+@dataclass
+class _Items:
+    """One row's candidate nodes in the order they may be added (prefixes are connected subtrees)."""
+
+    probs: list[float]
+    sizes: list[int]  # inputs each node adds (itself + its extra slots)
+    base: int  # inputs the row adds as soon as it keeps anything beyond the root (root extra slots)
+    forced: int = 0  # nodes that must be kept (a probe)
+    member: str | None = None
+    weight: float = 1.0  # what this row's tokens are worth (static batches: rows behind count most)
+
+
+@dataclass
+class Plan:
+    """Before drafting: per row the drafter (None: plain step), the node budget, whether it is a probe."""
+
+    choice: list[str | None]
+    budget: list[int]
+    probe: list[bool]
+    forced: list[int] = field(default_factory=list)  # nodes the cut must keep (a probe)
+    free: list[bool] = field(default_factory=list)  # a cheap drafter's open budget (not an estimate)
+    # drafter="auto": a free drafter to look at first (its draft may beat the costly choice), its budget,
+    # and the costly choice's expected rate to beat.
+    look: list[str | None] = field(default_factory=list)
+    look_budget: list[int] = field(default_factory=list)
+    rate: list[float] = field(default_factory=list)
+    cheap: frozenset[str] = frozenset()
+    weights: list[float] = field(default_factory=list)  # live batches: what a token of each row is worth
+
+
+@dataclass
+class Cut:
+    """After the cut: per row the kept nodes (indices into the cut draft) in position order, with each
+    one's parent position (-1: the root); and the proposal's size."""
+
+    order: list[list[int]]
+    up: list[list[int] | None]  # parent positions of the kept nodes
+    proposed: list[int]
+    root_extras: list[int]
+    node_extras: list[float]
+    engaged: list[bool] = field(default_factory=list)  # the row kept its root's extra slots
+    expected: list[float] = field(default_factory=list)  # expected committed tokens of each row
+    inputs: int = 0
+
+
+@dataclass
+class _Row:
+    estimates: dict[str, RowAcceptance] = field(default_factory=dict)
+    since: dict[str, int] = field(default_factory=dict)  # steps since the drafter was last verified here
+    interval: dict[str, int] = field(default_factory=dict)
+    root_extras: dict[str, float] = field(default_factory=dict)
+    node_extras: dict[str, float] = field(default_factory=dict)
+    member: str | None = None  # chosen by rate at the last plan
+    pending: str | None = None  # a drafter whose first step had only extra slots: give it its second
+    discarded: dict[str, int] = field(default_factory=dict)  # drafts cut to nothing in a row, per drafter
+    largest: dict[str, int] = field(default_factory=dict)  # most nodes the drafter proposed here so far
+    pace: float = 1.0  # recent tokens committed per step (static batches weigh rows by steps left)
+
+
+class GoodputController:
+    """Per call: plans budgets, cuts drafts, learns from verdicts. Holds per-row state keyed by row id."""
+
+    def __init__(self, members: Sequence[Member], model_costs: CostModel, table: CostTable, live: bool,
+                 packed: bool, options: ControllerOptions | None = None) -> None:
+        self.members = {m.name: m for m in members}
+        self.order = [m.name for m in members]
+        self.model_costs = model_costs
+        self.table = table  # the live table (live) or a snapshot (frozen)
+        self.live = live
+        self.packed = packed
+        self.options = options or ControllerOptions()
+        self.rows: dict[int, _Row] = {}
+        self.counts: dict[str, Any] = {"plain_row_steps": 0, "row_steps": 0, "probes": 0, "switches": 0,
+                                       "drafted_row_steps": {name: 0 for name in self.order},
+                                       "plain_reasons": {}, "expected_tokens": 0.0, "verified_nodes": 0}
+        self.trace: list[dict[str, Any]] = []
+        self._current_ids: list[int] = []
+        pooled = table.acceptance
+        self.pooled: dict[str, RowAcceptance] = {}
+        for name in self.order:
+            prior = pooled.get(name)
+            self.pooled[name] = prior.fork(PRIOR_WEIGHT, POOLED_DECAY) if isinstance(prior, RowAcceptance) \
+                else RowAcceptance(decay=POOLED_DECAY)
+
+    # -- per-row state ---------------------------------------------------------------------------
+    def _row(self, row_id: int) -> _Row:
+        row = self.rows.get(row_id)
+        if row is None:
+            row = _Row()
+            for name in self.order:
+                row.estimates[name] = self.pooled[name].fork(PRIOR_WEIGHT, DECAY)
+                row.since[name] = 0
+                row.interval[name] = self.options.probe_after
+                row.root_extras[name] = 0.0
+                row.node_extras[name] = 0.0
+            self.rows[row_id] = row
+        return row
+
+    def forget(self, live_rows: Sequence[int]) -> None:
+        keep = set(live_rows)
+        self.rows = {row: state for row, state in self.rows.items() if row in keep}
+
+    # -- pricing ---------------------------------------------------------------------------------
+    def _overhead(self) -> float:
+        return self.table.overhead
+
+    def _solve(self, rows: list[_Items], batch: int, draft_seconds: float | None) -> list[int]:
+        """Nodes kept per row maximising (rows + sum p) / (draft + verify + overhead). `draft_seconds`
+        None prices drafting per drafter from the kept counts (before drafting); a number is a cost
+        already paid (after drafting)."""
+        table, packed = self.table, self.packed
+        kept = [min(r.forced, len(r.probs)) for r in rows]
+        weights = [r.weight for r in rows]
+        tokens = sum(weights) + sum(w * sum(r.probs[: k]) for r, k, w in zip(rows, kept, weights))
+        widths = [1 + (r.base + sum(r.sizes[: k]) if k else 0) for r, k in zip(rows, kept)]
+        levels: dict[str, int] = {}
+        nodes: dict[str, int] = {}
+        for r, k in zip(rows, kept):
+            if k and r.member is not None:
+                levels[r.member] = max(levels.get(r.member, 0), k)
+                nodes[r.member] = nodes.get(r.member, 0) + k
+
+        def seconds() -> float:
+            inputs = sum(widths) if packed else batch * max(widths)
+            draft = draft_seconds if draft_seconds is not None else sum(
+                table.draft(name, levels[name], nodes[name]) for name in nodes)
+            return draft + table.verify(batch, inputs, packed) + self._overhead()
+
+        best_rate = tokens / max(seconds(), 1e-12)
+        best_kept = list(kept)
+        heap: list[tuple[float, int, int]] = []
+        keys = [float("inf")] * len(rows)
+
+        def push(index: int) -> None:
+            r, k = rows[index], kept[index]
+            if k < len(r.probs):
+                size = r.sizes[k] + (r.base if k == 0 else 0)
+                keys[index] = min(keys[index], r.weight * r.probs[k] / max(size, 1))
+                heapq.heappush(heap, (-keys[index], index, k))
+
+        for index in range(len(rows)):
+            push(index)
+        while heap:
+            _, index, k = heapq.heappop(heap)
+            r = rows[index]
+            tokens += r.weight * r.probs[k]
+            widths[index] += r.sizes[k] + (r.base if k == 0 else 0)
+            kept[index] = k + 1
+            if r.member is not None:
+                levels[r.member] = max(levels.get(r.member, 0), k + 1)
+                nodes[r.member] = nodes.get(r.member, 0) + 1
+            rate = tokens / max(seconds(), 1e-12)
+            if rate > best_rate:
+                best_rate, best_kept = rate, list(kept)
+            push(index)
+        return best_kept
+
+    def _prefix_rates(self, items: _Items) -> list[float]:
+        """Rate of one row alone (batch 1) keeping its first k nodes, for k = 0..len: member choice,
+        probes and every frozen decision."""
+        table, packed, overhead = self.table, self.packed, self._overhead()
+        rates = [1.0 / max(table.verify(1, 1, packed) + overhead, 1e-12)]
+        tokens, inputs = 1.0, 1 + items.base
+        for k, (p, size) in enumerate(zip(items.probs, items.sizes), start=1):
+            tokens += p
+            inputs += size
+            draft = table.draft(items.member, k, k) if items.member else 0.0
+            rates.append(tokens / max(draft + table.verify(1, inputs, packed) + overhead, 1e-12))
+        return rates
+
+    def _position_items(self, row: _Row, name: str, cap: int) -> _Items:
+        count = max(0, min(cap, row.largest.get(name, 16) + 2))
+        probs = row.estimates[name].probs(count)
+        size = 1 + int(round(row.node_extras[name]))
+        return _Items(probs, [size] * count, int(round(row.root_extras[name])), member=name)
+
+    # -- before drafting -------------------------------------------------------------------------
+    def _cheap_drafters(self) -> set[str]:
+        """Drafters whose one-node draft costs almost nothing to make (a lookup): they propose all they
+        can every step and the cut after drafting sees what they offer and decides (unless they add
+        inputs of their own to the forward, which a free look would pay for)."""
+        limit = CHEAP_DRAFT * self.table.verify(1, 1, self.packed)
+        # A sampled draft is cut only to a budget fixed before drafting (losslessness): never a free look.
+        return {name for name in self.order
+                if not self.members[name].stochastic and self.table.draft(name, 1, 1) <= limit}
+
+    def _probe_wait(self, option: tuple[_Items, int, float, int]) -> float:
+        """Steps to wait before probing a drafter, so that probes expected to lose cost at most
+        `probe_share` of the time (PPD's probe takes two steps: its prompt slots, then its tree)."""
+        items, _, _, best_one = option
+        table, packed = self.table, self.packed
+        plain = table.verify(1, 1, packed) + self._overhead()
+        inputs = 1 + items.base + sum(items.sizes[:best_one])
+        seconds = table.draft(items.member, best_one, best_one) + table.verify(1, inputs, packed) + self._overhead()
+        if items.base:
+            seconds += table.verify(1, 1 + items.base, packed) - table.verify(1, 1, packed)
+        loss = seconds - (1.0 + sum(items.probs[:best_one])) * plain
+        share = self.options.probe_share / len(self.order)
+        return max(0.0, loss) / (share * plain)
+
+    def _free_budget(self, row: _Row, name: str, cap: int) -> int:
+        """A cheap drafter's budget: all it has offered so far and more (never throttled to its guesses)."""
+        return min(cap, max(16, row.largest.get(name, 0) + 2))
+
+    def plan(self, row_ids: Sequence[int], max_depth: Sequence[int], max_nodes: int,
+             waiting: bool = True) -> Plan:
+        """Per row: the drafter (or none) and how many nodes it may draft, from the estimates by position.
+        `remaining`: tokens each row may still commit; `waiting`: prompts wait to take finished rows' places
+        (tokens are then weighted alike; otherwise see `row_weights`; live batches only)."""
+        self._current_ids = list(row_ids)
+        choice: list[str | None] = []
+        budgets: list[int] = []
+        forced: list[int] = []
+        free: list[bool] = []
+        look: list[str | None] = []
+        look_budget: list[int] = []
+        rate: list[float] = []
+        items_per_row: list[_Items | None] = []
+        cap_all = min(self.options.max_budget, max_nodes)
+        margin = 1.0 - self.options.switch_margin
+        cheap_names = self._cheap_drafters()
+        for row_id, depth in zip(row_ids, max_depth):
+            row = self._row(row_id)
+            cap = max(0, min(cap_all, int(depth)))
+            pending, row.pending = row.pending, None
+            look.append(None)
+            look_budget.append(0)
+            rate.append(0.0)
+            cheap = [n for n in self.order if n in cheap_names and row.root_extras[n] == 0 and cap > 0]
+            if (len(self.order) == 1 and cheap and pending is None
+                    and row.since[cheap[0]] < row.interval[cheap[0]]):
+                # The common case, priced in a few microseconds: a lone free drafter, no probe due.
+                row.member = cheap[0]
+                choice.append(cheap[0])
+                budgets.append(self._free_budget(row, cheap[0], cap))
+                forced.append(0)
+                free.append(True)
+                items_per_row.append(None)
+                continue
+            options: dict[str, tuple[_Items, int, float, int]] = {}
+            for name in self.order if cap else ():
+                items = self._position_items(row, name, cap)
+                rates = self._prefix_rates(items)
+                keep = max(range(len(rates)), key=rates.__getitem__)
+                best_one = max(range(1, len(rates)), key=rates.__getitem__) if len(rates) > 1 else 0
+                options[name] = (items, keep, rates[keep], best_one)
+            viable = {name: o for name, o in options.items()
+                      if o[1] > 0 and (row.discarded.get(name, 0) < 2 or name in cheap)}
+            pick: str | None = None
+            if viable:
+                pick = max(viable, key=lambda n: viable[n][2])
+                current = row.member
+                if current in viable and current != pick and viable[current][2] >= viable[pick][2] * margin:
+                    pick = current
+                if pick != row.member and row.member is not None:
+                    self.counts["switches"] += 1
+            row.member = pick
+            # A cheap pick is only a look: the cut may still verify none of it, so it can be due too.
+            waiting = [n for n in options if (n != pick or n in cheap) and options[n][3] > 0
+                       and row.since[n] >= max(row.interval[n], self._probe_wait(options[n]))]
+            if pending in options and pending != pick:  # finish what a drafter's first step prepared
+                probe = pending
+            elif waiting:  # try a drafter again: estimates of one not verified lately are stale
+                probe = max(waiting, key=lambda n: row.since[n] / row.interval[n])
+                row.interval[probe] = min(self.options.max_probe_interval, 2 * row.interval[probe])
+                self.counts["probes"] += 1
+            else:
+                probe = None
+            if probe is not None:
+                items, _, _, best_one = options[probe]
+                items.forced = best_one
+                choice.append(probe)
+                budgets.append(self._free_budget(row, probe, cap) if probe in cheap else best_one)
+                forced.append(best_one)
+                free.append(probe in cheap)
+                items_per_row.append(items)
+                continue
+            if pick is None and cheap:  # nothing promises to pay, but a free look costs nothing
+                pick = cheap[0]
+            if pick is None:
+                choice.append(None)
+                budgets.append(0)
+                forced.append(0)
+                free.append(False)
+                items_per_row.append(None)
+                self._reason("expected rate below plain decoding" if cap else "no tokens left to draft")
+                continue
+            items, keep, pick_rate, _ = options[pick]
+            choice.append(pick)
+            budgets.append(self._free_budget(row, pick, cap) if pick in cheap else keep)
+            forced.append(0)
+            free.append(pick in cheap)
+            items_per_row.append(items)
+            if pick not in cheap and cheap:  # a free drafter's draft may beat this one: look first
+                look[-1], look_budget[-1], rate[-1] = cheap[0], self._free_budget(row, cheap[0], cap), pick_rate
+        weights = (row_weights(max_depth, [self.rows[r].pace for r in row_ids], waiting) if self.live
+                   else [1.0] * len(row_ids))
+        if self.live and len(row_ids) > 1 and not all(free):
+            # The batch as a whole: one verification forward for every row, priced together.
+            rows = [it or _Items([], [], 0) for it in items_per_row]
+            for items, weight in zip(rows, weights):
+                items.weight = weight
+            joint = self._solve(rows, len(row_ids), None)
+            for b, kept in enumerate(joint):
+                if choice[b] is None or forced[b] or free[b]:
+                    continue
+                budgets[b] = kept
+                if kept == 0:
+                    choice[b] = None
+                    self._reason("batch: other rows' nodes pay better")
+        return Plan(choice, budgets, [f > 0 for f in forced], forced, free, look, look_budget, rate,
+                    frozenset(cheap_names), weights)
+
+    def _reason(self, why: str) -> None:
+        reasons = self.counts["plain_reasons"]
+        reasons[why] = reasons.get(why, 0) + 1
+
+    # -- after drafting --------------------------------------------------------------------------
+    def cut(self, draft: Draft, plan: Plan, draft_seconds: float | None,
+            scoring: dict[str, bool] | None = None) -> tuple[Draft, Cut]:
+        """The draft to verify: each row's best prefix (deterministic drafts) or its budget (stochastic).
+        `scoring`: which drafters' rows carry scores (with drafter="auto" some rows may not)."""
+        batch, width = draft.batch_size, draft.width
+        counts = draft.num_nodes.tolist()
+        parents = draft.parents.tolist() if width else [[] for _ in range(batch)]
+        scores_all = draft.scores.tolist() if draft.scores is not None and width else None
+        anchors = _extra_anchors(draft)
+        orders: list[list[int]] = []
+        items_rows: list[_Items] = []
+        ups: list[list[int] | None] = []
+        root_extras: list[int] = []
+        node_extras: list[float] = []
+        for b in range(batch):
+            n = counts[b]
+            name = plan.choice[b]
+            if name is not None:
+                row = self._row_by_index(b)
+                row.largest[name] = max(row.largest.get(name, 0), n)
+            per_node = [0] * n
+            root = 0
+            for anchor in anchors[b]:
+                if anchor < 0:
+                    root += 1
+                elif anchor < n:
+                    per_node[anchor] += 1
+            root_extras.append(root)
+            node_extras.append(sum(per_node) / n if n else 0.0)
+            if name is None or n == 0:
+                orders.append([])
+                ups.append(None)
+                items_rows.append(_Items([], [], root if name is not None else 0, member=name))
+                continue
+            order, up, probs = self._rank(b, name, n, parents[b], scores_all[b] if scores_all else None,
+                                          (scoring or {}).get(name, True), observe=True)
+            ups.append(up)
+            orders.append(order)
+            member = self.members[name]
+            if member.stochastic:
+                forced = min(plan.budget[b], n)
+            else:
+                forced = min(plan.forced[b] if plan.forced else 0, n)
+            if member.stochastic:
+                probs = probs[:forced]
+            weight = plan.weights[b] if plan.weights else 1.0
+            items_rows.append(_Items(probs, [1 + per_node[i] for i in order], root, forced, name, weight))
+        if not any(items.probs for items in items_rows):
+            kept = [0] * batch  # nothing proposed: a plain step (or a drafter's first, slots-only step)
+        elif self._frozen_rows(batch):
+            kept = [self._solve([items], 1, self._draft_share(items, draft_seconds, batch))[0] if items.probs
+                    else 0 for items in items_rows]
+        else:
+            kept = self._solve(items_rows, batch, draft_seconds or 0.0)
+        expected = [1.0 + sum(items.probs[:k]) for items, k in zip(items_rows, kept)]
+        keep = torch.zeros(batch, width, dtype=torch.bool)
+        engaged = torch.zeros(batch, dtype=torch.bool)
+        kept_counts: list[int] = []
+        for b in range(batch):
+            k = min(kept[b], len(orders[b]))
+            if plan.choice[b] is not None and plan.budget[b] > 0 and (k > 0 or counts[b] == 0):
+                engaged[b] = True  # a row drafting nothing yet (PPD's first step) keeps its root slots
+            if k:
+                keep[b, orders[b][:k]] = True
+            orders[b] = orders[b][:k]
+            kept_counts.append(k)
+            if ups[b] is not None:
+                ups[b] = ups[b][:k]  # parent positions (a prefix of the order is a subtree)
+        prefix = draft.extra is None and all(order == list(range(len(order))) for order in orders)
+        if prefix and kept_counts == counts:
+            cut_draft = draft  # nothing cut
+        elif prefix:  # chains and breadth-first trees: a slice, no reordering
+            cut_draft = _sliced(draft, kept_counts)
+        elif width or draft.extra is not None:
+            cut_draft = keep_nodes(draft, keep.to(draft.tokens.device), None, engaged)
+        else:
+            cut_draft = draft
+        # Position order in the cut draft's indices (kept nodes are compacted in their original order).
+        for b in range(batch):
+            if orders[b]:
+                rank = {node: i for i, node in enumerate(sorted(orders[b]))}
+                orders[b] = [rank[node] for node in orders[b]]
+        return cut_draft, Cut(orders, ups, counts, root_extras, node_extras, engaged.tolist(), expected)
+
+    def _rank(self, b: int, name: str, n: int, parents: list[int], scores: list[float] | None, scored: bool,
+              observe: bool = False) -> tuple[list[int], list[int], list[float]]:
+        """Row b's n proposed nodes in the order they may be kept (best score first, else node order),
+        each one's parent position, and their acceptance estimates."""
+        estimate = self._row_by_index(b).estimates[name]
+        if scores is not None and scored and not self.members[name].stochastic:
+            effective = _monotone(scores[:n], parents[:n])
+            order = sorted(range(n), key=lambda i: (-effective[i], i))
+            position = {node: i for i, node in enumerate(order)}
+            up = [position[parents[node]] if parents[node] >= 0 else -1 for node in order]
+            conditional = [effective[node] / effective[parents[node]]
+                           if parents[node] >= 0 and effective[parents[node]] > 0 else effective[node]
+                           for node in order]
+            probs = estimate.node_probs(up, conditional)
+            if observe:
+                estimate.observe_scores(conditional)
+                if self.live:
+                    self.pooled[name].observe_scores(conditional)
+            return order, up, probs
+        up = [parent if parent >= 0 else -1 for parent in parents[:n]]
+        return list(range(n)), up, estimate.node_probs(up)
+
+    def propose(self, drafter: Any, state: Any, plan: Plan) -> Draft:
+        """The step's draft. With drafter="auto", free drafters (n-gram lookups) propose first for rows
+        whose plan is a costly drafter; where that free draft promises more than the costly drafter's
+        plan, the row takes it and the costly drafter is not run for it."""
+        members = getattr(drafter, "propose_members", None)
+        if members is None or not any(plan.look):
+            return drafter.propose(state)
+        batch = state.batch_size
+        first = [look or (c if c in plan.cheap else None) for look, c in zip(plan.look, plan.choice)]
+        budget = [lb if look else (bud if f else 0) for look, lb, bud, f in
+                  zip(plan.look, plan.look_budget, plan.budget, first)]
+        early = members(state, first, budget)
+        rows: list[Draft | None] = [None] * batch
+        for b in range(batch):
+            name, look = first[b], plan.look[b]
+            if name is None:
+                continue
+            draft = early[name]
+            if look is None:  # the free drafter was this row's own choice
+                rows[b] = draft
+                continue
+            n = int(draft.num_nodes[b])
+            if n == 0:
+                continue
+            parents = draft.parents[b].tolist()
+            scores = draft.scores[b].tolist() if draft.scores is not None else None
+            _, _, probs = self._rank(b, look, n, parents, scores, scores is not None)
+            sizes = [1] * n
+            rates = self._prefix_rates(_Items(probs, sizes, 0, member=None))
+            if max(rates) > plan.rate[b]:  # the free draft wins: no costly draft for this row
+                plan.choice[b], plan.budget[b], plan.free[b] = look, plan.look_budget[b], True
+                rows[b] = draft
+                self.counts["free_wins"] = self.counts.get("free_wins", 0) + 1
+        later = [c if rows[b] is None and c is not None and first[b] != c else None
+                 for b, c in enumerate(plan.choice)]
+        if any(later):
+            late = members(state, later, plan.budget)
+            for b, name in enumerate(later):
+                if name is not None:
+                    rows[b] = late[name]
+        state.draft_choice = list(plan.choice)
+        state.draft_budget = torch.tensor(plan.budget, dtype=torch.long)
+        return drafter.merge(rows, batch)
+
+    def _frozen_rows(self, batch: int) -> bool:
+        return not self.live or batch == 1
+
+    def _draft_share(self, items: _Items, draft_seconds: float | None, batch: int) -> float:
+        """Frozen rows price their own draft from the snapshot, never from this step's clock."""
+        if self.live:
+            return (draft_seconds or 0.0) / max(batch, 1)
+        n = len(items.probs) if items.member else 0
+        return self.table.draft(items.member, n, n) if n and items.member else 0.0
+
+    def _row_by_index(self, b: int) -> _Row:
+        return self.rows[self._current_ids[b]]
+
+    # -- learning ----------------------------------------------------------------------------------
+    def observe(self, plan: Plan, cut: Cut, verdict: Verdict, timings: dict[str, Any]) -> None:
+        """Update every row's estimates from the verdict, and (live) the cost model from the timings."""
+        counts = verdict.num_accepted.tolist()
+        paths = verdict.accepted.tolist() if verdict.accepted.numel() else [[] for _ in counts]
+        for b, row_id in enumerate(self._current_ids):
+            row = self.rows[row_id]
+            name = plan.choice[b]
+            self.counts["row_steps"] += 1
+            row.pace = 0.8 * row.pace + 0.2 * (counts[b] + 1)
+            for other in self.order:
+                row.since[other] += 1
+            if name is not None and plan.budget[b] > 0:
+                proposed, drafted_nothing = cut.proposed[b], not cut.order[b]
+                row.discarded[name] = row.discarded.get(name, 0) + 1 if proposed and drafted_nothing else 0
+            if name is None or not cut.order[b]:
+                self.counts["plain_row_steps"] += 1
+                if name is not None and cut.proposed[b] == 0:
+                    self._reason("drafter's first step (extra slots only)" if cut.root_extras[b]
+                                 else "drafter proposed nothing")
+                elif name is not None and cut.proposed[b] and not cut.order[b]:
+                    self._reason("draft cut to nothing (expected rate below plain decoding)")
+                if name is not None and cut.root_extras[b]:
+                    row.root_extras[name] = float(cut.root_extras[b])
+                    if cut.proposed[b] == 0 and cut.engaged[b]:
+                        row.pending = name  # its slots predicted the next step's draft: try that draft
+                continue
+            self.counts["drafted_row_steps"][name] += 1
+            self.counts["verified_nodes"] += len(cut.order[b])
+            self.counts["expected_tokens"] += cut.expected[b]
+            on_path = set(paths[b][: counts[b]])
+            accepted = [node in on_path for node in cut.order[b]]
+            up = cut.up[b] or [i - 1 for i in range(len(accepted))]
+            row.estimates[name].observe(up, accepted)
+            if self.live:
+                self.pooled[name].observe(up, accepted)
+            row.since[name] = 0
+            if not plan.probe[b]:  # in use on its own merits: waits between probes start short again
+                row.interval[name] = self.options.probe_after
+            row.root_extras[name] = float(cut.root_extras[b])
+            row.node_extras[name] = 0.7 * row.node_extras[name] + 0.3 * cut.node_extras[b]
+        if self.options.trace:
+            self.trace.append({"rows": list(self._current_ids), "choice": list(plan.choice),
+                               "budget": list(plan.budget), "probe": list(plan.probe),
+                               "verified": [len(o) for o in cut.order], "accepted": counts,
+                               "expected": [round(e, 3) for e in cut.expected],
+                               "proposed": list(cut.proposed), "inputs": cut.inputs,
+                               **{k: round(v, 6) for k, v in timings.items() if isinstance(v, float)}})
+        if self.live:
+            model = self.model_costs
+            batch = len(self._current_ids)
+            if timings.get("verify") is not None:
+                model.observe_verify(batch, cut.inputs, self.packed, timings["verify"])
+            for name, (levels, nodes, seconds) in timings.get("draft_by_member", {}).items():
+                model.observe_draft(name, levels, nodes, seconds)
+            if timings.get("other") is not None:
+                model.observe_overhead(timings["other"])
+
+    def finish(self) -> None:
+        """Live calls leave their pooled estimates as the next call's priors."""
+        if self.live:
+            for name, pooled in self.pooled.items():
+                self.model_costs.live.acceptance[name] = pooled
+            self.model_costs.end_call()
+
+    def stats(self) -> dict[str, Any]:
+        counts = self.counts
+        total = max(counts["row_steps"], 1)
+        drafted = sum(counts["drafted_row_steps"].values())
+        out = {"mode": "live" if self.live else "frozen", "drafters": list(self.order),
+               "row_steps": counts["row_steps"], "plain_row_steps": counts["plain_row_steps"],
+               "no_draft_share": counts["plain_row_steps"] / total,
+               "drafter_row_steps": dict(counts["drafted_row_steps"]), "probes": counts["probes"],
+               "switches": counts["switches"], "plain_reasons": dict(counts["plain_reasons"]),
+               "mean_verified_nodes": counts["verified_nodes"] / max(drafted, 1),
+               "mean_expected_tokens": counts["expected_tokens"] / max(drafted, 1),
+               "verify_cost_measure_seconds": self.model_costs.measure_seconds}
+        if self.options.trace:
+            out["trace"] = self.trace
+        return out
+
+
+def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool) -> list[float]:
+    """What a committed token of each row is worth to a batch. While prompts wait (continuous batching)
+    a finished row's place is taken at once, so every token counts the same. In a static batch, or once
+    nobody waits, the batch runs until its last row is done: what counts is the row expected to finish
+    last (remaining tokens / its recent tokens per step); tokens of rows expected to finish well before
+    it mostly make them leave early. Weight: (expected steps left / the most of any row) squared, which
+    also evens the rows out: a row drafted less slows down and its weight comes back."""
+    if waiting or len(remaining) <= 1:
+        return [1.0] * len(remaining)
+    steps = [(max(r, 0) + 1) / max(p, 1.0) for r, p in zip(remaining, pace)]
+    most = max(steps)
+    return [(s / most) ** 2 for s in steps]
+
+
+def _sliced(draft: Draft, counts: list[int]) -> Draft:
+    """The first counts[b] nodes of each row (in node order, so every parent stays), narrowed."""
+    width = max(counts, default=0)
+    device = draft.tokens.device
+    return Draft(draft.tokens[:, :width], draft.parents[:, :width], torch.tensor(counts, device=device),
+                 None if draft.q is None else draft.q[:, :width],
+                 None, None if draft.scores is None else draft.scores[:, :width])
+
+
+def _monotone(scores: list[float], parents: list[int]) -> list[float]:
+    """A node's score capped by its parent's: prefixes of the best-first order are connected subtrees."""
+    out: list[float] = []
+    for score, parent in zip(scores, parents):
+        out.append(min(score, out[parent]) if parent >= 0 else score)
+    return out
+
+
+def _extra_anchors(draft: Draft) -> list[list[int]]:
+    """Per row, the draft node each real extra slot hangs from (-1: the root), through slot chains."""
+    batch = draft.batch_size
+    extra = draft.extra
+    if extra is None or extra.embeds.shape[1] == 0:
+        return [[] for _ in range(batch)]
+    width = draft.width
+    parents = extra.parents.tolist()
+    slots = extra.num_slots.tolist()
+    out = []
+    for b in range(batch):
+        anchors = []
+        for e in range(slots[b]):
+            parent = parents[b][e]
+            while parent >= width:
+                parent = parents[b][parent - width]
+            anchors.append(parent)
+        out.append(anchors)
+    return out
