@@ -46,6 +46,9 @@ class OracleDrafter(Drafter):
         self._rows: dict[int, tuple[int, list[int] | None, str]] = {}
         self._vocab_size = 0
 
+    def controlled(self) -> bool:
+        return False  # a fixed draft length: the engine's ceiling at that length, never cut
+
     def setup(self, context: GenerationContext) -> None:
         table = self.options.continuations
         self._vocab_size = context.vocab_size

@@ -23,6 +23,7 @@ import heapq
 import time
 from typing import Any, Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specdec.draft import Draft
@@ -45,10 +46,12 @@ class AnpdOptions(BaseModel):
     filler_token: int = Field(0, ge=0, description="token id padded in after a miss when stop_on_miss is False")
     branches: int = Field(1, ge=1, le=16, description="continuations per lookup: 1 = chain, >1 = token tree")
     max_nodes: int | None = Field(None, ge=1, le=1024, description="node budget of a tree (default k * branches)")
-    schedule: Literal["constant", "heuristic"] = Field(
-        "constant", description="constant: draft up to k every step (the paper); heuristic: per row, +2 after a fully "
-                                "accepted draft, else -1, between 0 and k (a row whose drafts keep failing decodes "
-                                "plainly and probes every probe_after steps)")
+    schedule: Literal["goodput", "constant", "heuristic"] = Field(
+        "goodput", description="goodput: the core controller sets each row's draft length (up to k) from measured "
+                               "step costs and acceptance, 0 = decode plainly; constant: draft up to k every step "
+                               "(the paper); heuristic: per row, +2 after a fully accepted draft, else -1, between 0 "
+                               "and k (a row whose drafts keep failing decodes plainly and probes every probe_after "
+                               "steps)")
     probe_after: int = Field(4, ge=1, le=64, description="heuristic: plain steps before a row drafts 1 token again")
     min_match: int = Field(1, ge=1, le=15, description="shortest matched context (tokens) a lookup may draft from; "
                                                        "1 = the paper's fallback down to bigrams, 2 = never draft "
@@ -60,7 +63,7 @@ class AnpdOptions(BaseModel):
             raise ValueError("max_nodes is the tree budget; with branches=1 (a chain) set k instead")
         if self.min_match > self.n - 1:
             raise ValueError(f"min_match={self.min_match} can never match: the longest context is n - 1 = {self.n - 1}")
-        if self.branches > 1 and self.schedule != "constant":
+        if self.branches > 1 and self.schedule == "heuristic":
             raise ValueError('schedule="heuristic" adapts a chain\'s length; a tree (branches > 1) keeps depth k')
         return self
 
@@ -69,19 +72,39 @@ class AnpdOptions(BaseModel):
         return self.max_nodes if self.max_nodes is not None else self.k * self.branches
 
 
+#: Prior chance that a continuation found after a context of w tokens is accepted (the docstring's
+#: measurements: ~30% after one token, 50-90% after 2-4); times its share of that context's counts, it
+#: scores a node for the goodput controller, which calibrates the scale per row online.
+MATCH_RELIABILITY = (0.0, 0.3, 0.55, 0.7, 0.85)
+
+
+def match_score(entry, width: int, token: int) -> float:
+    """P(accept) prior of `token` continuing a context matched over `width` tokens (`entry` = its counts)."""
+    if entry is None:
+        return 0.0
+    reliability = MATCH_RELIABILITY[min(width, len(MATCH_RELIABILITY) - 1)]
+    return reliability * entry.counts.get(token, 0) / max(entry.total, 1)
+
+
 def draft_chain(
     table: NGramTable, context: list[int], depth: int, stop_on_miss: bool, filler: int, eos: frozenset[int],
-    min_match: int = 1,
+    min_match: int = 1, scores: list[float] | None = None,
 ) -> list[int]:
-    """Alg. 1's draft loop: `depth` chained lookups, each on the committed context plus the draft so far."""
+    """Alg. 1's draft loop: `depth` chained lookups, each on the committed context plus the draft so far.
+    With `scores` (a list), each node's path score is appended to it."""
     context = list(context)
     draft: list[int] = []
+    path = 1.0
     for _ in range(depth):
-        token = table.predict(context, min_match)
+        entry, width = table.lookup_width(context, min_match)
+        token = entry.top[0] if entry is not None else None
         if token is None:
             if stop_on_miss:
                 break
             token = filler
+        if scores is not None:
+            path *= match_score(entry, width, token)
+            scores.append(path)
         draft.append(token)
         if token in eos:  # nothing after an end-of-sequence token can be emitted
             break
@@ -99,35 +122,40 @@ def draft_tree(
     filler: int,
     eos: frozenset[int],
     min_match: int = 1,
+    scores: list[float] | None = None,
 ) -> tuple[list[int], list[int]]:
     """Best-first token tree: a candidate's cost is the sum of its path's continuation ranks (0 =
     most frequent), so the chain of top choices comes first, then one-deviation paths, shallow
-    before deep. Returns (tokens, parents) with parents before children."""
+    before deep. Returns (tokens, parents) with parents before children; path scores are appended
+    to `scores` when it is a list."""
     tokens: list[int] = []
     parents: list[int] = []
     order = 0  # unique tie-breaker so the heap never compares contexts
-    heap: list[tuple[int, int, int, int, int, list[int]]] = []
+    heap: list[tuple[int, int, int, int, int, list[int], float]] = []
 
-    def push_children(parent: int, cost: int, node_depth: int, path_context: list[int]) -> None:
+    def push_children(parent: int, cost: int, node_depth: int, path_context: list[int], path: float) -> None:
         nonlocal order
         if node_depth >= depth:
             return
-        entry = table.lookup(path_context, min_match)
+        entry, width = table.lookup_width(path_context, min_match)
         if entry is None:
             choices = [] if stop_on_miss else [filler]
         else:
             choices = entry.top[:branches]
         for rank, token in enumerate(choices):
-            heapq.heappush(heap, (cost + rank, node_depth + 1, order, token, parent, path_context))
+            score = path * match_score(entry, width, token)
+            heapq.heappush(heap, (cost + rank, node_depth + 1, order, token, parent, path_context, score))
             order += 1
 
-    push_children(-1, 0, 0, list(context))
+    push_children(-1, 0, 0, list(context), 1.0)
     while heap and len(tokens) < budget:
-        cost, node_depth, _, token, parent, parent_context = heapq.heappop(heap)
+        cost, node_depth, _, token, parent, parent_context, score = heapq.heappop(heap)
         tokens.append(token)
         parents.append(parent)
+        if scores is not None:
+            scores.append(score)
         if token not in eos:
-            push_children(len(tokens) - 1, cost, node_depth, parent_context + [token])
+            push_children(len(tokens) - 1, cost, node_depth, parent_context + [token], score)
     return tokens, parents
 
 
@@ -180,25 +208,37 @@ class AnpdDrafter(Drafter):
             live = set(state.row_ids)
             self.tables = {row: table for row, table in self.tables.items() if row in live}
         max_depth = state.max_depth.tolist()
+        budgets = state.draft_budget.tolist() if state.draft_budget is not None else None
         rows = []
+        row_scores: list[list[float]] | None = [] if budgets is not None else None  # for the controller
         for b, (row, sequence) in enumerate(zip(state.row_ids, state.sequences)):
             table = self._table(row, sequence)
             wanted = options.k if self.lengths is None else self.lengths.length(row)
             depth = max(0, min(wanted, max_depth[b], self.engine_node_limit or options.k))
+            if budgets is not None:  # the controller verifies no more than this many nodes of the row
+                depth = min(depth, budgets[b])
+            scores: list[float] | None = [] if row_scores is not None else None
             if options.branches == 1 or depth == 0:
                 tokens = draft_chain(table, table.tail, depth, options.stop_on_miss, options.filler_token, self.eos,
-                                     options.min_match)
+                                     options.min_match, scores)
                 parents = list(range(-1, len(tokens) - 1))
             else:
                 budget = options.node_budget
                 if self.engine_node_limit is not None:
                     budget = min(budget, self.engine_node_limit)
+                if budgets is not None:
+                    budget = min(budget, budgets[b])
                 tokens, parents = draft_tree(table, table.tail, depth, options.branches, budget,
-                                             options.stop_on_miss, options.filler_token, self.eos, options.min_match)
+                                             options.stop_on_miss, options.filler_token, self.eos, options.min_match,
+                                             scores)
             rows.append((tokens, parents))
+            if row_scores is not None:
+                row_scores.append(scores)
             if not tokens:
                 self._count("empty_drafts", 1)
         draft = Draft.from_rows(rows)
+        if row_scores is not None and draft.width:
+            draft.scores = torch.tensor([scores + [0.0] * (draft.width - len(scores)) for scores in row_scores])
         self._count("propose_seconds", time.perf_counter() - started)
         return draft
 

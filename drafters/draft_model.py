@@ -48,11 +48,13 @@ class DraftModelOptions(BaseModel):
     tokenizer: Any | None = Field(None, description="the draft's tokenizer, compared with the target's when both "
                                                     "are known (loaded from a model directory when present)")
     k: int = Field(3, ge=1, le=256, description="tokens per draft (initial length for the heuristic schedule)")
-    schedule: Literal["constant", "heuristic", "confidence"] = Field(
-        "heuristic", description="constant: always k (the default for trees); heuristic: +2 if all accepted "
-                                 "else -1 (transformers), floor min_k; "
-                                 "confidence: up to k, stop when the draft's top probability < threshold")
-    k_max: int | None = Field(None, ge=1, le=256, description="ceiling of the heuristic schedule (default 4k)")
+    schedule: Literal["goodput", "constant", "heuristic", "confidence"] = Field(
+        "goodput", description="goodput: the core controller sets each row's draft length (up to k_max) from "
+                               "measured step costs and acceptance, 0 = no draft forward at all; constant: always k; "
+                               "heuristic: +2 if all accepted else -1 (transformers), floor min_k; "
+                               "confidence: up to k, stop when the draft's top probability < threshold")
+    k_max: int | None = Field(None, ge=1, le=256, description="ceiling of the heuristic and goodput schedules "
+                                                              "(default 4k)")
     min_k: int = Field(0, ge=0, le=1, description="floor of the heuristic schedule: 1 (transformers) or 0 = rows "
                                                   "whose drafts keep failing decode plainly and probe every "
                                                   "probe_after steps")
@@ -97,8 +99,6 @@ class DraftModelOptions(BaseModel):
 
     @model_validator(mode="after")
     def _schedule_options(self) -> DraftModelOptions:
-        if "schedule" not in self.model_fields_set and self.branches > 1 and self.branch_depth > 0:
-            self.schedule = "constant"  # a tree keeps its shape (depth k) unless a schedule is asked for
         if self.k_max is not None and self.k_max < self.k:
             raise ValueError(f"k_max ({self.k_max}) must be >= k ({self.k})")
         if self.adaptive_threshold and self.schedule != "confidence":
@@ -161,6 +161,7 @@ class DraftModelDrafter(Drafter):
         self._stats: dict[str, Any] = {}
         self._fast: FastDraftForward | None = None
         self._head: torch.Tensor | None = None  # draft token ids the draft may propose (None = all)
+        self.schedule: str = self.options.schedule  # in effect for this call (see setup)
         self._draft_vocab_size = 0  # rows of the draft's LM head
 
     # -- setup and teardown ------------------------------------------------------------------
@@ -188,8 +189,12 @@ class DraftModelDrafter(Drafter):
         self.draft_context = context_length(self.model)
         self.sampling: SamplingParams = context.sampling
         self.device = context.device
-        depth_cap = opts.k if opts.schedule != "heuristic" else (opts.k_max or 4 * opts.k)
         self.tree = opts.branches > 1 and opts.branch_depth > 0
+        # "goodput" without the controller (generate(controller=False)): the defaults before it.
+        self.schedule = opts.schedule if opts.schedule != "goodput" or context.goodput else (
+            "constant" if self.tree else "heuristic")
+        grows = self.schedule == "heuristic" or (self.schedule == "goodput" and not self.tree)
+        depth_cap = (opts.k_max or 4 * opts.k) if grows else opts.k  # a tree keeps its shape: depth k
         nodes = depth_cap
         if self.tree:
             nodes = sum(len(level) for level in tree_levels(opts.branches, opts.branch_depth, depth_cap))
@@ -198,6 +203,8 @@ class DraftModelDrafter(Drafter):
                                    f"{opts.branches}, branch_depth={opts.branch_depth} has {nodes} nodes, more than "
                                    f"max_draft_nodes={context.max_draft_nodes}")
         self.depth_cap = min(depth_cap, context.max_draft_nodes)
+        levels = tree_levels(opts.branches, opts.branch_depth, self.depth_cap) if self.tree else []
+        self._level_sizes = [sum(len(level) for level in levels[: d + 1]) for d in range(len(levels))]
         self.heuristic = HeuristicLength(opts.k, self.depth_cap, opts.min_k, opts.probe_after)
         self.confidence.reset_rate()
 
@@ -299,11 +306,16 @@ class DraftModelDrafter(Drafter):
 
     def _row_depths(self, state: DecodeState) -> torch.Tensor:
         """Max draft depth per row this step: schedule, token budget and the draft's context."""
-        opts: DraftModelOptions = self.options
-        if opts.schedule == "heuristic":
+        if self.schedule == "heuristic":
             wanted = torch.tensor([self.heuristic.length(row) for row in state.row_ids])
         else:
             wanted = torch.full((state.batch_size,), self.depth_cap)
+        if state.draft_budget is not None:  # the controller verifies at most this many nodes per row
+            budget = state.draft_budget.cpu()
+            if self.tree:  # nodes -> the deepest level whose whole tree fits
+                sizes = torch.tensor(self._level_sizes)
+                budget = (sizes[None, :] <= budget[:, None]).sum(dim=1)
+            wanted = torch.minimum(wanted, budget)
         depths = torch.minimum(wanted, state.max_depth.cpu().clamp(min=0))
         if self.draft_context is not None:
             # Drafted token i (0-based) is fed at position len(seq) + i; the last one is never fed.
@@ -366,7 +378,7 @@ class DraftModelDrafter(Drafter):
 
     def _propose_chain(self, state: DecodeState, logits: torch.Tensor, depths: torch.Tensor) -> Draft:
         batch, steps = state.batch_size, int(depths.max())
-        confidence_exit = self.options.schedule == "confidence"
+        confidence_exit = self.schedule == "confidence"
         tokens = torch.zeros(batch, steps, dtype=torch.long, device=self.device)
         q_steps: list[torch.Tensor] = []
         counts = torch.zeros(batch, dtype=torch.long)
@@ -394,7 +406,7 @@ class DraftModelDrafter(Drafter):
     def _propose_tree(self, state: DecodeState, logits: torch.Tensor, depths: torch.Tensor) -> Draft:
         opts: DraftModelOptions = self.options
         batch, steps = state.batch_size, int(depths.max())
-        confidence_exit = opts.schedule == "confidence"
+        confidence_exit = self.schedule == "confidence"
         levels = tree_levels(opts.branches, opts.branch_depth, steps)
         runner = self._runner
         runner.set_lengths(runner.lengths - 1)  # the root is re-fed as input 0 of every tree forward
@@ -439,8 +451,8 @@ class DraftModelDrafter(Drafter):
     def observe(self, state: DecodeState, draft: Draft, verdict: Verdict, committed: list[list[int]],
                 extra_logits: torch.Tensor | None) -> None:
         self._advance_cache(verdict, committed)
-        opts: DraftModelOptions = self.options
-        if opts.schedule == "constant" or (draft.width == 0 and opts.schedule != "heuristic"):
+        schedule = self.schedule
+        if schedule in ("constant", "goodput") or (draft.width == 0 and schedule != "heuristic"):
             return
         if draft.width == 0:
             drafted = [0] * state.batch_size
@@ -448,7 +460,7 @@ class DraftModelDrafter(Drafter):
             drafted = node_depths(draft.parents, draft.node_mask()).max(dim=1).values.tolist()
         accepted = verdict.num_accepted.tolist()
         for row, depth, kept in zip(state.row_ids, drafted, accepted):
-            if opts.schedule == "heuristic":
+            if schedule == "heuristic":
                 self.heuristic.update(row, depth, kept)
             else:
                 self.confidence.update(depth, kept, depth >= self.depth_cap)

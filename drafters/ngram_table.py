@@ -24,11 +24,12 @@ class Continuations:
     than every token inside it.
     """
 
-    __slots__ = ("counts", "top")
+    __slots__ = ("counts", "top", "total")
 
     def __init__(self, token: int) -> None:
         self.counts: dict[int, int] = {token: 1}
         self.top: list[int] = [token]
+        self.total = 1  # sum of counts: a continuation's share of this context
 
 
 class NGramTable:
@@ -83,6 +84,7 @@ class NGramTable:
                 contexts[key] = Continuations(token)
                 continue
             counts = entry.counts
+            entry.total += 1
             count = counts.get(token, 0) + 1
             counts[token] = count
             top = entry.top
@@ -108,13 +110,17 @@ class NGramTable:
     def lookup(self, context: Sequence[int], min_width: int = 1) -> Continuations | None:
         """Multi-level query: the longest suffix of `context` (N-1 tokens down to `min_width`) seen
         before, and its continuations; None when no suffix that long was ever followed by anything."""
+        return self.lookup_width(context, min_width)[0]
+
+    def lookup_width(self, context: Sequence[int], min_width: int = 1) -> tuple[Continuations | None, int]:
+        """`lookup` and the width of the matched context (0 on a miss)."""
         size = len(context)
         contexts = self.contexts
         for width in range(min(self.max_n - 1, size), max(min_width, 1) - 1, -1):
             entry = contexts.get(tuple(context[size - width :]))
             if entry is not None:
-                return entry
-        return None
+                return entry, width
+        return None, 0
 
     def predict(self, context: Sequence[int], min_width: int = 1) -> int | None:
         """The most frequent next token after the longest matching suffix, or None on a miss."""

@@ -25,7 +25,7 @@ frequent tokens while drafting; proposals are still verified against the full ta
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -44,6 +44,10 @@ from .skipset import SkipSet, find_shipped_skip_set, load_skip_set, read_skip_fi
 
 
 class LayerSkipOptions(AdaptiveOptions):
+    schedule: Literal["goodput", "own"] = Field(
+        "goodput", description="goodput: the core controller caps each row's draft (0 = no draft forward) from "
+                               "measured step costs and acceptance, and cuts the least confident tail; own: up to "
+                               "max_draft with the adaptive exit (adaptive=True), as in the paper")
     skip: SkipSet | str | None = Field(
         None, description="{'attention': [...], 'mlp': [...]} (0-based layers), or a skip-set file from "
                           "`specdec search-layers`; default: the file shipped with the model (fingerprint-checked)")
@@ -80,6 +84,7 @@ class LayerSkipDrafter(Drafter):
         self._vocab_size = 0
         self._rows: dict[int, ConfidenceExit] = {}
         self._gamma = self.options.gamma0  # carried across generate calls when carry_gamma
+        self.goodput = False  # the controller cuts this call's drafts (see setup)
         self.draft_forwards = 0  # scratch forwards run, for cost accounting (search, benchmarks)
         self.lean_forwards = 0  # of which on the lean path (the rest went through transformers' forward)
 
@@ -139,6 +144,9 @@ class LayerSkipDrafter(Drafter):
         self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.skip_set = skip
         self._rows = {}
+        # Under the controller the confidence exit (which aims at an acceptance rate, not at speed) is
+        # off: the budget sets the length and the confidences become scores the cut reads.
+        self.goodput = self.options.schedule == "goodput" and context.goodput
         if not self.options.carry_gamma:
             self._gamma = self.options.gamma0
 
@@ -154,11 +162,14 @@ class LayerSkipDrafter(Drafter):
             raise DrafterError("layer_skip.propose called before setup")
         batch = state.batch_size
         limits = state.max_depth.clamp(min=0, max=self.options.max_draft)
+        if state.draft_budget is not None:  # the controller verifies at most this many nodes per row
+            limits = torch.minimum(limits, state.draft_budget.cpu())
         steps = int(limits.max()) if batch else 0
         if steps <= 0:
             return Draft.empty(batch)
         greedy = state.sampling.greedy
-        adaptive = self.options.adaptive
+        adaptive = self.options.adaptive and not self.goodput
+        scores = torch.zeros(batch, steps) if self.goodput else None
         gammas = torch.tensor([self._exit_state(row).threshold for row in state.row_ids])
         tokens = torch.zeros(batch, steps, dtype=torch.long)
         q_rows: list[torch.Tensor] = []
@@ -179,16 +190,19 @@ class LayerSkipDrafter(Drafter):
             tokens[:, depth] = chosen if self.head_tokens is None else self.head_tokens[chosen]
             lengths += growing.long()
             growing = growing & (depth + 1 < limits)
-            if adaptive:
+            if adaptive or scores is not None:
                 # confidence = raw (temperature-1) probability of the drafted token, as in the paper's code
                 confidence = logits.softmax(dim=-1).gather(1, chosen[:, None]).squeeze(1)
-                growing = growing & (confidence >= gammas)
+                if adaptive:
+                    growing = growing & (confidence >= gammas)
+                if scores is not None:  # a node's score: its path's confidence
+                    scores[:, depth] = confidence * (scores[:, depth - 1] if depth else 1.0)
             if not bool(growing.any()):
                 break
             inputs = tokens[:, depth, None]
         width = depth + 1
         q = torch.stack(q_rows, dim=1)[:, :width] if q_rows else None
-        return Draft.chain(tokens[:, :width], lengths, q)
+        return Draft.chain(tokens[:, :width], lengths, q, None if scores is None else scores[:, :width])
 
     def _forward(self, runner: Any, inputs: torch.Tensor, offset: int, growing: torch.Tensor,
                  greedy: bool) -> torch.Tensor:

@@ -230,7 +230,7 @@ def measure(model: Any, prompts: list[list[int]], skip: SkipSet | None, settings
         drafter = _WidthRecordingDrafter(LayerSkipOptions(
             skip=skip, max_draft=settings.max_draft, gamma0=settings.gamma0, alpha=settings.alpha,
             adaptive=settings.adaptive, draft_vocab=vocab, fast_forward=settings.fast_forward,
-            draft_weights=settings.draft_weights))
+            draft_weights=settings.draft_weights, schedule="own"))  # the drafter's own quality, uncut
         drafter.widths = {}
     tokens = steps = drafted = accepted = 0
     wall = cpu = draft_seconds = verify_seconds = 0.0

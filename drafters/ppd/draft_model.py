@@ -12,7 +12,7 @@ deterministic chain (q = None), so any verifier applies.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,6 +43,9 @@ class PPDDraftModelOptions(BaseModel):
     k: int = Field(5, ge=1, le=64, description="draft tokens per outer step")
     tree_size: int = Field(16, ge=2, le=512, description="inner PPD tree size on the draft model")
     num_ept: int | None = Field(None, ge=1, le=128)
+    schedule: Literal["goodput", "constant"] = Field(
+        "goodput", description="goodput: the core controller sets each row's draft length (up to k; 0 = no draft "
+                               "work at all) from measured step costs and acceptance; constant: always k")
 
 
 def _resolve_draft(spec: Any) -> torch.nn.Module:
@@ -126,6 +129,8 @@ class PPDDraftModelDrafter(Drafter):
         rows = []
         for b, row_id in enumerate(state.row_ids):
             budget = min(self.options.k, int(state.max_depth[b]))
+            if state.draft_budget is not None:
+                budget = min(budget, int(state.draft_budget[b]))
             tokens = self._draft_row(row_id, state.sequences[b], budget) if budget > 0 else []
             rows.append((tokens, list(range(-1, len(tokens) - 1))))
         return Draft.from_rows(rows)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import warnings
 from pathlib import Path
 from typing import Literal
@@ -29,6 +30,7 @@ from .prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
 from .trees import TreeSet, build_dynamic_trees, build_static_tree, prior_accuracies
 
 DEFAULT_TREE_SIZE = 32  # used (with a warning) when no profile exists for the current device
+GOODPUT_TREE_SIZE = 32  # schedule="goodput": the controller cuts this tree at its best-scored nodes
 
 
 class PPDOptions(BaseModel):
@@ -47,7 +49,12 @@ class PPDOptions(BaseModel):
     tree: Literal["dynamic", "static"] = Field("dynamic", description="dynamic sparse tree per state, or "
                                                "the naive tree (every candidate gets m prompts)")
     tree_size: int | None = Field(None, ge=2, le=1024, description="candidates + prompts per step; None = "
-                                  "the hardware profile for this device")
+                                  f"{GOODPUT_TREE_SIZE} under the goodput schedule, else the hardware profile "
+                                  "for this device")
+    schedule: Literal["goodput", "profile"] = Field(
+        "goodput", description="goodput: the core controller keeps each step's best-scored candidates (by "
+                               "measured step cost and acceptance; none = a plain step); profile: the whole tree "
+                               "sized offline by `specdec profile` (P 4.2.2), verified in full")
     profile: str | None = Field(None, description="profile JSON from `specdec profile`; None = beside the "
                                 "checkpoint")
     seed: int = Field(0, description="seed of random_init")
@@ -102,6 +109,10 @@ class PPDDrafter(Drafter):
         self._table: torch.Tensor | None = None  # [m * n_ept, hidden], the model's dtype and device
         self._predictions: dict[int, torch.Tensor] = {}  # row id -> [d, V] float logits
         self._topk = 10
+        self._scores: dict[int, torch.Tensor] = {}  # per state: each candidate's prior acceptance
+        self.goodput = False  # cut by the controller in this call (see setup)
+        self._empty = _StateLayout({key: [] for key in ("cand_depth", "cand_rank", "cand_parent", "anchor_node",
+                                                        "parent_slot", "embed_row")})
 
     # -- setup ---------------------------------------------------------------------------------
     def _load_checkpoint(self, model: torch.nn.Module) -> tuple[PromptCheckpoint, Path | None]:
@@ -128,11 +139,15 @@ class PPDDrafter(Drafter):
             checkpoint.check_model(model, f"PPD checkpoint {str(path)!r}")
         return checkpoint, path
 
-    def _choose_size(self, checkpoint_path: Path | None, device: torch.device) -> tuple[int, int | None]:
-        """(tree size, prompt count or None) from the options, else this device's profile."""
+    def _choose_size(self, checkpoint_path: Path | None, device: torch.device, goodput: bool = False
+                     ) -> tuple[int, int | None]:
+        """(tree size, prompt count or None) from the options, else the controller's default size, else
+        this device's profile."""
         opts = self.options
         if opts.tree_size is not None:
             return opts.tree_size, None
+        if goodput:  # cut per step by the controller, from costs measured online
+            return GOODPUT_TREE_SIZE, None
         profile_file = Path(opts.profile) if opts.profile else (
             profile_path_for(checkpoint_path) if checkpoint_path is not None else None)
         key = device_key(device)
@@ -164,7 +179,9 @@ class PPDDrafter(Drafter):
         num_ept = self.options.num_ept or checkpoint.num_ept
         if num_ept > checkpoint.num_ept:
             raise DrafterError(f"ppd: num_ept={num_ept} but the checkpoint has {checkpoint.num_ept} per prompt")
-        self.tree_size, profiled_m = self._choose_size(path, context.device)
+        # "goodput" without the controller (generate(controller=False)): the profile, as before it.
+        self.goodput = self.options.schedule == "goodput" and context.goodput
+        self.tree_size, profiled_m = self._choose_size(path, context.device, self.goodput)
         m = self.options.num_prompts or profiled_m or checkpoint.num_prompts
         if m > checkpoint.num_prompts:
             raise DrafterError(f"ppd: num_prompts={m} but the checkpoint has {checkpoint.num_prompts} prompt tokens")
@@ -176,6 +193,10 @@ class PPDDrafter(Drafter):
             raise DrafterError(f"ppd: the tree has {widest} candidates but max_draft_nodes is "
                                f"{context.max_draft_nodes}; lower tree_size or raise max_draft_nodes")
         self._layouts = {d: _StateLayout(t.layout(num_ept)) for d, t in self.trees.trees.items()}
+        # A candidate's score: the product of its ranks' measured accuracies (its prior acceptance).
+        self._scores = {d: torch.tensor([math.prod(accuracies[j][r] for j, r in enumerate(path))
+                                         for path in t.paths], dtype=torch.float32)
+                        for d, t in self.trees.trees.items()}
         embed = model.get_input_embeddings().weight
         table = checkpoint.embeddings[:m, :num_ept].reshape(m * num_ept, -1)
         self._table = table.to(embed.device, embed.dtype)
@@ -189,12 +210,19 @@ class PPDDrafter(Drafter):
         if self._table is None:
             raise DrafterError("ppd: propose() called before setup()")
         batch = state.batch_size
-        layouts, tokens_rows = [], []
-        for row in state.row_ids:
+        layouts, tokens_rows, scores_rows = [], [], []
+        budgets = state.draft_budget.tolist() if state.draft_budget is not None else [None] * batch
+        if not any(budgets):  # the controller decodes every row plainly this step
+            return Draft.empty(batch)
+        for row, budget in zip(state.row_ids, budgets):
             prediction = self._predictions.get(row)
             depth = 0 if prediction is None else prediction.shape[0]
-            layout = self._layouts[depth]
+            if budget == 0:  # the controller decodes this row plainly: no candidates, no prompt slots
+                layout, depth = self._empty, -1
+            else:
+                layout = self._layouts[depth]
             layouts.append(layout)
+            scores_rows.append(self._scores.get(depth, torch.zeros(0)))
             if layout.num_nodes:
                 top = prediction.topk(self._topk, dim=-1).indices.cpu()  # [d, K]
                 tokens_rows.append(top[layout.cand_depth, layout.cand_rank])
@@ -216,7 +244,12 @@ class PPDDrafter(Drafter):
         embeds = self._table[rows_of_table.to(self._table.device)]  # [B, E, hidden]
         counts = torch.tensor([layout.num_nodes for layout in layouts], dtype=torch.long)
         num_slots = torch.tensor([layout.num_slots for layout in layouts], dtype=torch.long)
-        return Draft(tokens, parents, counts, None, ExtraSlots(embeds, extra_parents, num_slots))
+        scores = None
+        if self.goodput:
+            scores = torch.zeros(batch, width)
+            for b, row_scores in enumerate(scores_rows):
+                scores[b, : row_scores.numel()] = row_scores
+        return Draft(tokens, parents, counts, None, ExtraSlots(embeds, extra_parents, num_slots), scores)
 
     def observe(
         self,
