@@ -1,0 +1,246 @@
+"""`drafter="auto"`: every drafter usable on the given model, one chosen per row and step by the goodput
+controller (`specdec.controller`) from each drafter's measured acceptance and cost.
+
+Usable: `anpd` always; `draft_model` when a draft model is given (`draft=...`), or with the bundled
+draft when the target is the bundled default model; `ppd` and `layer_skip` when their assets match
+the model (their own setup decides: a checkpoint or skip set made for another model is refused, and
+the refusal is reported in the stats). Members are found through the registry like any plugin.
+
+Each step the engine puts the controller's choice per row in `DecodeState.draft_choice`; every member
+that was chosen for some row proposes for the whole batch with a zero budget on the other rows, and
+the drafts are merged row by row. Every member observes every verdict (with its own rows' nodes, the
+others empty), so n-gram tables and draft caches stay in step whichever drafter ran.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import registry
+from .draft import Draft, ExtraSlots, Verdict
+from .errors import SpecDecError
+from .plugins import DecodeState, Drafter, GenerationContext
+
+CANDIDATES = ("anpd", "draft_model", "layer_skip", "ppd")
+
+
+class AutoOptions(BaseModel):
+    """Options of `drafter="auto"`."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    candidates: list[str] = Field(default_factory=lambda: list(CANDIDATES),
+                                  description="drafters to choose from, when usable on the model")
+    draft: Any = Field(None, description="draft model for draft_model (a model, a local directory or "
+                                         '"default"); None = the bundled draft when the target is the '
+                                         "bundled default model, else draft_model is left out")
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict,
+                                               description="options per candidate, by name")
+    schedule: str = Field("goodput", description="auto always runs under the goodput controller")
+
+
+def _is_default_target(model: Any) -> bool:
+    """Whether `model` is the bundled default target (loaded from the package's own folder)."""
+    source = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", "")
+    if not source:
+        return False
+    try:
+        from .zoo import default_model_dir
+
+        return Path(str(source)).resolve() == (default_model_dir() / "target").resolve()
+    except (ImportError, OSError):
+        return False
+
+
+class AutoDrafter(Drafter):
+    name = "auto"
+    description = "Picks among the usable drafters per row by measured goodput (the goodput controller)."
+    Options = AutoOptions
+
+    def __init__(self, options: AutoOptions | None = None) -> None:
+        super().__init__(options)
+        self.options: AutoOptions
+        if self.options.schedule != "goodput":
+            raise ValueError('drafter "auto" is the goodput controller\'s choice; schedule must be "goodput"')
+        self._created: dict[str, Drafter] = {}
+        self.members: dict[str, Drafter] = {}
+        self.unusable: dict[str, str] = {}
+        self.scored: dict[str, bool] = {}
+        self.last_draft_seconds: dict[str, tuple[int, int, float]] = {}
+
+    @property
+    def provides_q(self) -> bool:  # type: ignore[override]
+        return any(member.provides_q for member in self.members.values())
+
+    def _member_options(self, name: str, model: Any) -> dict[str, Any] | None:
+        options = dict(self.options.options.get(name, {}))
+        if name == "draft_model" and "model" not in options:
+            if self.options.draft is not None:
+                options["model"] = self.options.draft
+            elif _is_default_target(model):
+                options["model"] = "default"
+            else:
+                return None
+        return options
+
+    def setup(self, context: GenerationContext) -> None:
+        self.members, self.unusable = {}, {}
+        for name in self.options.candidates:
+            if name == "auto":
+                continue
+            options = self._member_options(name, context.model)
+            if options is None:
+                self.unusable[name] = "no draft model given (drafter_options={'draft': ...})"
+                continue
+            try:
+                member = self._created.get(name)
+                if member is None:
+                    member = self._created[name] = registry.create("drafter", name, options)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    member.setup(context)
+            except (SpecDecError, ValueError, FileNotFoundError, OSError) as error:
+                self.unusable[name] = f"{type(error).__name__}: {error}"
+                continue
+            if not member.controlled():
+                self.unusable[name] = "its options ask for its own schedule"
+                continue
+            self.members[name] = member
+        if not self.members:
+            raise SpecDecError(f"drafter 'auto': no usable drafter on this model ({self.unusable})")
+
+    def admit(self, rows: list[int]) -> None:
+        for member in self.members.values():
+            member.admit(rows)
+
+    def finish(self) -> None:
+        for member in self.members.values():
+            member.finish()
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"usable": list(self.members), "unusable": dict(self.unusable)}
+        for name, member in self.members.items():
+            out[name] = member.stats()
+        return out
+
+    # -- the step --------------------------------------------------------------------------------
+    def propose(self, state: DecodeState) -> Draft:
+        batch = state.batch_size
+        choice = state.draft_choice or [next(iter(self.members))] * batch
+        budget = state.draft_budget.tolist() if state.draft_budget is not None else [1 << 30] * batch
+        self.last_draft_seconds = {}
+        drafts = self.propose_members(state, choice, budget)
+        return self.merge([drafts.get(name) if name is not None else None for name in choice], batch)
+
+    def propose_members(self, state: DecodeState, choice: list[str | None], budget: list[int]) -> dict[str, Draft]:
+        """Each member chosen for some row drafts for the whole batch with a zero budget on the other
+        rows; returns its draft with those rows emptied. Times add up per member for the step."""
+        drafts: dict[str, Draft] = {}
+        for name, member in self.members.items():
+            rows = torch.tensor([c == name for c in choice])
+            if not bool(rows.any()):
+                continue
+            sub = DecodeState(row_ids=state.row_ids, sequences=state.sequences, max_depth=state.max_depth,
+                              sampling=state.sampling, generator=state.generator, target=state.target,
+                              step=state.step, scratch=state.scratch,
+                              draft_budget=torch.where(rows, torch.tensor(budget, dtype=torch.long), 0),
+                              draft_choice=[c if c == name else None for c in choice])
+            started = time.perf_counter()
+            draft = _only_rows(member.propose(sub), rows)
+            seconds = time.perf_counter() - started
+            drafts[name] = draft
+            self.scored[name] = draft.scores is not None
+            counts = draft.num_nodes.tolist()
+            levels, nodes, spent = self.last_draft_seconds.get(name, (0, 0, 0.0))
+            self.last_draft_seconds[name] = (max(levels, max(counts, default=0)), nodes + sum(counts),
+                                             spent + seconds)
+        return drafts
+
+    def merge(self, rows: list[Draft | None], batch: int) -> Draft:
+        """One draft whose row b is row b of `rows[b]` (None: no draft)."""
+        return merge_rows(rows, batch)
+
+    def observe(self, state: DecodeState, draft: Draft, verdict: Verdict, committed: list[list[int]],
+                extra_logits: torch.Tensor | None) -> None:
+        choice = state.draft_choice or [None] * state.batch_size
+        for name, member in self.members.items():
+            rows = torch.tensor([c == name for c in choice])
+            member.observe(state, _only_rows(draft, rows), _verdict_rows(verdict, rows), committed,
+                           extra_logits if bool(rows.any()) else None)
+
+
+def _only_rows(draft: Draft, rows: torch.Tensor) -> Draft:
+    """The same draft with the other rows emptied (no nodes, no extra slots)."""
+    keep = rows.to(draft.num_nodes.device)
+    counts = torch.where(keep, draft.num_nodes, torch.zeros_like(draft.num_nodes))
+    extra = draft.extra
+    if extra is not None:
+        slots = torch.where(rows.to(extra.num_slots.device), extra.num_slots, torch.zeros_like(extra.num_slots))
+        extra = ExtraSlots(extra.embeds, extra.parents, slots)
+    return Draft(draft.tokens, draft.parents, counts, draft.q, extra, draft.scores)
+
+
+def _verdict_rows(verdict: Verdict, rows: torch.Tensor) -> Verdict:
+    keep = rows.to(verdict.num_accepted.device)
+    counts = torch.where(keep, verdict.num_accepted, torch.zeros_like(verdict.num_accepted))
+    accepted = torch.where(keep[:, None], verdict.accepted, torch.full_like(verdict.accepted, -1)) \
+        if verdict.accepted.numel() else verdict.accepted
+    return Verdict(accepted, counts, verdict.bonus)
+
+
+def merge_rows(rows: list[Draft | None], batch: int) -> Draft:
+    """One draft whose row b is row b of `rows[b]` (None: no draft). Rows of deterministic members get
+    one-hot q when another row's draft carries q (the same point mass for verifiers); rows without
+    scores get zeros (the controller knows which members score)."""
+    present = [d for d in rows if d is not None]
+    if not present:
+        return Draft.empty(batch)
+    if all(d is present[0] for d in present):
+        return present[0]
+    width = max(d.width for d in present)
+    device = present[0].tokens.device
+    tokens = torch.zeros(batch, width, dtype=torch.long, device=device)
+    parents = torch.full((batch, width), -1, dtype=torch.long, device=device)
+    counts = torch.zeros(batch, dtype=torch.long, device=device)
+    with_q = [d for d in present if d.q is not None]
+    q = None
+    if with_q:
+        q = torch.zeros(batch, width, with_q[0].q.shape[-1], dtype=with_q[0].q.dtype, device=with_q[0].q.device)
+    scores = torch.zeros(batch, width) if any(d.scores is not None for d in present) else None
+    extra_source = next((d.extra for d in present if d.extra is not None), None)
+    embeds = parents_e = num_slots = None
+    if extra_source is not None:
+        slots = max(d.extra.embeds.shape[1] for d in present if d.extra is not None)
+        embeds = extra_source.embeds.new_zeros(batch, slots, extra_source.embeds.shape[-1])
+        parents_e = torch.full((batch, slots), -1, dtype=torch.long)
+        num_slots = torch.zeros(batch, dtype=torch.long)
+    for b, draft in enumerate(rows):
+        if draft is None:
+            continue
+        n = int(draft.num_nodes[b])
+        counts[b] = n
+        if n:
+            tokens[b, :n] = draft.tokens[b, :n].to(device)
+            parents[b, :n] = draft.parents[b, :n].to(device)
+            if q is not None:
+                if draft.q is not None:
+                    q[b, :n] = draft.q[b, :n].to(q.device, q.dtype)
+                else:
+                    q[b, torch.arange(n), draft.tokens[b, :n].to(q.device)] = 1.0
+            if scores is not None and draft.scores is not None:
+                scores[b, :n] = draft.scores[b, :n].float().cpu()
+        if draft.extra is not None and embeds is not None:
+            e = int(draft.extra.num_slots[b])
+            if e:
+                embeds[b, :e] = draft.extra.embeds[b, :e]
+                own = draft.extra.parents[b, :e].cpu()
+                parents_e[b, :e] = torch.where(own >= draft.width, own - draft.width + width, own)
+                num_slots[b] = e
+    extra = ExtraSlots(embeds, parents_e, num_slots) if embeds is not None else None
+    return Draft(tokens, parents, counts, q, extra, scores)
