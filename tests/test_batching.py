@@ -119,12 +119,13 @@ def test_packed_inputs_are_used_and_token_identical(kind: str, per_row: bool, la
 
     monkeypatch.setattr(target_module, "ROW_ATTENTION_MIN_WASTE", -1 if per_row else 10**9)
     prompts = _prompts(5)
+    # controller=False: both runs verify the same drafts, so their input padding compares.
     packed = specdec.generate(_model(), prompts, drafter=_drafter(kind, prompts), verifier="exact",
-                              max_new_tokens=NEW_TOKENS)
+                              max_new_tokens=NEW_TOKENS, controller=False)
     assert (True, per_row) in layouts, "packed verification never ran"
     layouts.clear()
     plain = specdec.generate(_model(), prompts, drafter=_drafter(kind, prompts), verifier="exact",
-                             max_new_tokens=NEW_TOKENS, packed_inputs=False)
+                             max_new_tokens=NEW_TOKENS, packed_inputs=False, controller=False)
     assert not any(is_packed for is_packed, _ in layouts)
     assert packed.sequences == plain.sequences
     assert packed.stats.input_padding_ratio == plain.stats.input_padding_ratio > 0
@@ -221,7 +222,7 @@ def test_drafts_wider_than_the_reserved_slots_grow_the_cache(batch_mode: str) ->
     prompts = _prompts(3)
     wide = RandomTreeDrafter(VOCAB, seed=11, max_nodes=3 * DRAFT_SLOTS_RESERVED)
     out = specdec.generate(_model(), prompts, drafter=wide, verifier="exact", max_new_tokens=NEW_TOKENS,
-                           batch_mode=batch_mode)
+                           batch_mode=batch_mode, controller=False)  # every wide tree verified, uncut
     narrow = specdec.generate(_model(), prompts, drafter="none", verifier="exact", max_new_tokens=NEW_TOKENS,
                               batch_mode=batch_mode)
     assert out.sequences == narrow.sequences == [list(_alone(tuple(p))) for p in prompts]

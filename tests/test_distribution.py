@@ -220,3 +220,37 @@ def test_duplicate_siblings_do_not_bias_the_next_token(verifier):
     second = torch.where(verdict.num_accepted >= 2, verdict.accepted_tokens(draft)[:, 1], verdict.bonus)
     counts = torch.bincount(second[first_is_y], minlength=vocab)
     assert chi_square_p_value(counts, torch.full((vocab,), 1 / vocab)) > P_VALUE_THRESHOLD
+
+
+def _cutting_costs():
+    """A frozen cost table on which verifying more nodes costs more and more (1, 1.2, 1.9, 2.8, ...):
+    budgets stay below the drafts' length and move with each row's acceptance (plain steps too)."""
+    from specdec.costs import CostModel, VerifyCurve
+
+    costs = CostModel("synthetic")
+    for packed in (True, False):
+        costs.live.curves[(packed, 1)] = VerifyCurve(1, (0, 1, 2, 3, 4, 8), (1.0, 1.2, 1.9, 2.8, 3.6, 7.0))
+    return costs
+
+
+@pytest.mark.parametrize("drafter_name", ["sampled_chain", "topk_tree"])
+def test_rejection_with_the_controller_cutting_drafts(target, draft_lm, joints, drafter_name):
+    """The goodput controller cuts each row's draft to its own budget (a stochastic chain: by node order,
+    to a length fixed before drafting; a deterministic tree: its best prefix after drafting), the budget
+    moving with the row's acceptance. The joint is still the target's."""
+    drafter = DRAFTERS[drafter_name](draft_lm)
+    out = specdec.generate(target, [PROMPT] * ROWS, drafter=drafter, verifier="rejection", max_new_tokens=STEPS,
+                           temperature=1.0, seed=0, max_draft_nodes=8, cost_model=_cutting_costs(),
+                           controller={"trace": True})
+    tokens = torch.tensor(out.sequences)
+    counts = torch.bincount((tokens[:, 0] * VOCAB + tokens[:, 1]) * VOCAB + tokens[:, 2], minlength=VOCAB**STEPS)
+    verified = [n for step in out.stats.controller["trace"] for n in step["verified"]]
+    proposed = [n for step in out.stats.controller["trace"] for n in step["proposed"]]
+    cut = sum(v < p for v, p in zip(verified, proposed))
+    widths = set(verified)
+    print(f"\n[controller {drafter_name}] verified widths {sorted(widths)}, {cut} of {len(verified)} drafts cut, "
+          f"accepted/row={out.stats.accepted_tokens / ROWS:.2f}")
+    assert out.stats.controller["mode"] == "frozen"
+    assert cut > 0.2 * len(verified) and len(widths) >= 2  # the controller really cuts, to varied widths
+    assert out.stats.accepted_tokens > 0.2 * ROWS
+    assert chi_square_p_value(counts, joints["t1.0"]) > P_VALUE_THRESHOLD

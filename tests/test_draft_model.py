@@ -45,8 +45,9 @@ def close_draft(target):
 
 
 def _run(target, prompts, max_new_tokens=NEW, **options):
+    # controller=False: these tests check the drafter's own drafts and schedules, every draft verified
     return specdec.generate(target, prompts, drafter="draft_model", drafter_options=options, verifier="exact",
-                            max_new_tokens=max_new_tokens)
+                            max_new_tokens=max_new_tokens, controller=False)
 
 
 @pytest.mark.parametrize("options", [
@@ -161,7 +162,8 @@ def test_q_is_the_processed_draft_distribution(target, close_draft, branches):
     drafter = RecordingDrafter(DraftModelDrafter.Options(model=close_draft, k=3, branches=branches,
                                                          draft_weights="model"))
     specdec.generate(target, PROMPTS[:2], drafter=drafter, verifier="rejection", max_new_tokens=8, seed=0,
-                     temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+                     temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                     controller=False)  # every step drafts: q is checked on real drafts
     checked = 0
     for sequences, draft in drafter.drafts[:3]:
         assert draft.q is not None
@@ -305,10 +307,13 @@ def test_batched_rows_draft_exactly_as_alone(target, close_draft, schedule):
     assert batch.row_accepted == [stats.row_accepted[0] for stats in alone]
 
 
-def test_default_policy_is_the_tuned_heuristic():
-    """The default is the policy measured best on held-out text (benchmarks/results/draft_model)."""
+def test_default_policy_is_the_goodput_controller_and_the_tuned_heuristic_stays():
+    """The default is the core goodput controller; the heuristic measured best on held-out text before
+    it (benchmarks/results/draft_model) is one option away, with its tuned k and floor."""
     options = DraftModelDrafter.Options()
-    assert (options.schedule, options.k, options.min_k) == ("heuristic", 3, 0)
+    assert (options.schedule, options.k, options.min_k) == ("goodput", 3, 0)
+    assert DraftModelDrafter(options).controlled()
+    assert not DraftModelDrafter(DraftModelDrafter.Options(schedule="heuristic")).controlled()
 
 
 def test_heuristic_floor_zero_decodes_plainly_then_probes(target, expected):
@@ -319,7 +324,7 @@ def test_heuristic_floor_zero_decodes_plainly_then_probes(target, expected):
     assert schedule.length(0) == 0
     schedule.update(0, drafted=0, accepted=0)
     assert schedule.length(0) == 1  # probe
-    out = _run(target, PROMPTS, model=tiny_model("llama", seed=3), k=1, min_k=0, probe_after=2)
+    out = _run(target, PROMPTS, model=tiny_model("llama", seed=3), k=1, min_k=0, probe_after=2, schedule="heuristic")
     assert out.sequences == expected
     assert out.stats.drafted_tokens < NEW * len(PROMPTS)  # some steps drafted nothing
 
@@ -344,7 +349,7 @@ class ProposalRecorder(DraftModelDrafter):
                                      dict(k=4, schedule="confidence", confidence_threshold=0.3)])
 def test_reduced_draft_vocab_proposes_only_kept_tokens(target, expected, close_draft, options):
     drafter = ProposalRecorder(DraftModelDrafter.Options(model=close_draft, draft_vocab=KEPT, **options))
-    out = specdec.generate(target, PROMPTS, drafter=drafter, verifier="exact", max_new_tokens=NEW)
+    out = specdec.generate(target, PROMPTS, drafter=drafter, verifier="exact", max_new_tokens=NEW, controller=False)
     assert out.sequences == expected
     assert drafter.proposed and drafter.proposed <= set(KEPT)
     assert out.stats.drafter_stats["draft_head_tokens"] == len(KEPT)
@@ -355,7 +360,7 @@ def test_reduced_vocab_q_is_zero_outside_the_kept_tokens(target, close_draft):
     drafter = RecordingDrafter(DraftModelDrafter.Options(model=close_draft, k=3, draft_vocab=KEPT,
                                                          draft_weights="model"))
     specdec.generate(target, PROMPTS[:2], drafter=drafter, verifier="rejection", max_new_tokens=8, seed=0,
-                     temperature=sampling.temperature)
+                     temperature=sampling.temperature, controller=False)
     outside = torch.ones(VOCAB, dtype=torch.bool)
     outside[KEPT] = False
     sequence, draft = drafter.drafts[0]

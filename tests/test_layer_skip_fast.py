@@ -115,7 +115,8 @@ def test_lean_greedy_token_identical_chain_and_batch(arch: str, weights: str) ->
     model = tiny_model(arch, layers=4, seed=1)
     skip = {"attention": [1, 3], "mlp": [1, 2]}  # layer 1 skipped whole
     for prompts in ([[3, 14, 15, 92, 65]], [[5, 6, 7, 8, 9, 10, 11], [40, 41], [1, 2, 3, 4]]):
-        drafter = _Watch(LayerSkipOptions(skip=skip, max_draft=4, draft_weights=weights, draft_vocab=HEAD))
+        drafter = _Watch(LayerSkipOptions(skip=skip, max_draft=4, draft_weights=weights, draft_vocab=HEAD,
+                                          schedule="own"))  # its own drafts, every one verified
         out = specdec.generate(model, prompts, drafter=drafter, verifier="exact", max_new_tokens=16)
         for prompt, got in zip(prompts, out.sequences):
             assert got == hf_greedy(model, prompt, 16)
@@ -127,7 +128,7 @@ def test_padded_batch_mode_uses_transformers_path_and_stays_identical() -> None:
     """The padded mode's KV holes are masked by the runner only, so drafts go through the skipper."""
     model = tiny_model("qwen2", layers=3, seed=2)
     prompts = [[5, 6, 7, 8, 9, 10, 11], [40, 41], [1, 2, 3, 4]]
-    drafter = _Watch(LayerSkipOptions(skip={"attention": [1], "mlp": [2]}, max_draft=3))
+    drafter = _Watch(LayerSkipOptions(skip={"attention": [1], "mlp": [2]}, max_draft=3, schedule="own"))
     out = specdec.generate(model, prompts, drafter=drafter, verifier="exact", max_new_tokens=16, batch_mode="padded")
     for prompt, got in zip(prompts, out.sequences):
         assert got == hf_greedy(model, prompt, 16)

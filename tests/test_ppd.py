@@ -275,14 +275,14 @@ def test_profile_is_used_only_on_its_own_device(tmp_path) -> None:
     assert (tmp_path / "profile.png").stat().st_size > 1000
     profile = tmp_path / "ppd_prompts.profile.json"
     save_profile(profile, checkpoint.fingerprint, device_key("cpu"), dict(entry, best_size=8, best_num_prompts=2))
-    drafter = PPDDrafter(PPDOptions(checkpoint=str(path)))
+    drafter = PPDDrafter(PPDOptions(checkpoint=str(path), schedule="profile"))
     out = specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=6)
     assert drafter.tree_size == 8 and drafter.num_prompts == 2
     assert out.sequences[0] == hf_greedy(model, [1, 2, 3], 6)
 
     foreign = tmp_path / "foreign.json"
     save_profile(foreign, checkpoint.fingerprint, "cuda:Some GPU", dict(entry, best_size=16))
-    drafter = PPDDrafter(PPDOptions(checkpoint=str(path), profile=str(foreign)))
+    drafter = PPDDrafter(PPDOptions(checkpoint=str(path), profile=str(foreign), schedule="profile"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=3)
@@ -318,6 +318,7 @@ def test_ppd_draft_model_drafts_the_drafts_greedy_chain_and_stays_identical() ->
 def test_ppd_draft_model_with_the_target_as_draft_accepts_everything() -> None:
     target = tiny_model("llama", seed=0)
     drafter = PPDDraftModelDrafter(PPDDraftModelOptions(model=target, random_init=True, k=4, tree_size=12))
-    out = specdec.generate(target, [5, 6, 7], drafter=drafter, verifier="exact", max_new_tokens=30)
+    out = specdec.generate(target, [5, 6, 7], drafter=drafter, verifier="exact", max_new_tokens=30,
+                           controller=False)  # every draft verified (a draft as costly as the target is cut)
     assert out.sequences[0] == hf_greedy(target, [5, 6, 7], 30)
     assert out.stats.mean_accepted == pytest.approx(5.0)

@@ -1,0 +1,258 @@
+"""The goodput controller's parts on synthetic costs: cost curves, acceptance estimates, plans, cuts,
+probes, and that frozen decisions never move with wall-clock timings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_model
+
+import specdec
+from specdec.acceptance import RowAcceptance
+from specdec.controller import ControllerOptions, GoodputController, Member
+from specdec.costs import CostModel, CostTable, LinearFit, VerifyCurve, cost_model_for
+from specdec.draft import Draft, ExtraSlots, Verdict
+
+# A CPU-like verification curve at batch 1: one input 10 ms, 2-9 inputs 14 ms, then +1 ms per 8 inputs.
+GRID = (0, 1, 2, 4, 8, 16, 32, 64)
+CPU_LIKE = (0.010, 0.014, 0.014, 0.014, 0.015, 0.016, 0.018, 0.022)
+
+
+def synthetic(curve=CPU_LIKE, batch: int = 1, draft: tuple[float, float, float] | None = None,
+              name: str = "d") -> CostModel:
+    model = CostModel("test")
+    model.live.curves[(True, batch)] = VerifyCurve(batch, GRID, tuple(curve))
+    if batch != 1:
+        model.live.curves[(True, 1)] = VerifyCurve(1, GRID, tuple(curve))
+    if draft is not None:
+        fit = LinearFit(3)
+        fit.weights = list(draft)
+        model.live.drafters[name] = fit
+    return model
+
+
+def controller(model: CostModel, live: bool = True, members=None, **options) -> GoodputController:
+    table = model.table() if live else model.snapshot()
+    members = list(members) if members is not None else [Member("d", False)]
+    return GoodputController(members, model, table, live, True, ControllerOptions(**options))
+
+
+def chain(tokens: list[list[int]]) -> Draft:
+    return Draft.from_rows([(row, list(range(-1, len(row) - 1))) for row in tokens])
+
+
+def verdict(accepted: list[int], width: int) -> Verdict:
+    path = torch.full((len(accepted), max(width, 1)), -1, dtype=torch.long)
+    for b, count in enumerate(accepted):
+        path[b, :count] = torch.arange(count)
+    return Verdict(path, torch.tensor(accepted), torch.zeros(len(accepted), dtype=torch.long))
+
+
+def step(ctl: GoodputController, rows: list[int], proposal: list[list[int]], accepted: list[int],
+         timings: dict | None = None):
+    plan = ctl.plan(rows, [100] * len(rows), 64)
+    proposal = [row[: plan.budget[b]] for b, row in enumerate(proposal)]
+    draft, cut = ctl.cut(chain(proposal), plan, 0.0)
+    kept = draft.num_nodes.tolist()
+    ctl.observe(plan, cut, verdict([min(a, k) for a, k in zip(accepted, kept)], draft.width), timings or {})
+    return plan, draft
+
+
+def test_verify_curve_interpolates_and_extrapolates():
+    curve = VerifyCurve(1, (0, 2, 4), (1.0, 2.0, 2.0))
+    assert curve.at(1) == pytest.approx(1.5)
+    assert curve.at(3) == pytest.approx(2.0)
+    assert curve.at(10) == pytest.approx(2.0)  # flat last segment: never cheaper, not steeper
+    table = CostTable(curves={(True, 1): VerifyCurve(1, (0, 8), (1.0, 2.0)),
+                              (True, 2): VerifyCurve(2, (0, 8), (3.0, 4.0))})
+    assert table.verify(1, 5) == pytest.approx(1.5)  # 4 extra inputs at batch 1
+    # batch 2 is measured; batch 1.5 does not exist, but batch 2 with extra 0 is 3.0
+    assert table.verify(2, 2) == pytest.approx(3.0)
+
+
+def test_linear_fit_learns_a_drafters_cost():
+    fit = LinearFit(3, forgetting=0.99)
+    for nodes in [1, 2, 3, 4, 5, 6, 1, 3, 5] * 5:
+        fit.update([1.0, nodes, nodes], 0.002 + 0.004 * nodes)
+    assert fit.predict([1.0, 4, 4]) == pytest.approx(0.018, rel=0.05)
+
+
+def test_acceptance_estimates_move_with_verdicts_and_stay_monotone():
+    est = RowAcceptance()
+    prior = est.probs(4)
+    assert prior == sorted(prior, reverse=True)
+    for _ in range(6):
+        est.observe([-1, 0, 1], [True, True, False])
+    after = est.probs(4)
+    assert after[0] > prior[0] and after[2] < prior[2]
+    assert after == sorted(after, reverse=True)
+    # Conditionals: verdicts at the first position move every deeper node of a chain.
+    chain = RowAcceptance()
+    for _ in range(6):
+        chain.observe([-1], [True])
+    assert chain.probs(5)[4] > RowAcceptance().probs(5)[4]
+    scored = RowAcceptance()
+    for _ in range(10):
+        scored.observe_scores([0.4, 0.5])
+        scored.observe([-1, 0], [True, False])
+    better, usual, worse = (scored.node_probs([-1, 0], s) for s in ([0.8, 0.9], [0.4, 0.5], [0.1, 0.2]))
+    assert better[0] > usual[0] > worse[0] and usual == pytest.approx(scored.probs(2))
+
+
+def test_low_acceptance_decodes_plainly_high_acceptance_drafts_long():
+    ctl = controller(synthetic())
+    for _ in range(20):
+        plan, draft = step(ctl, [0], [[1, 2, 3, 4, 5, 6, 7]], [0])
+    # a free drafter (no cost of its own) still proposes every step; the cut verifies none of it
+    assert int(draft.num_nodes[0]) == 0 or plan.probe == [True]
+    assert ctl.stats()["no_draft_share"] > 0.5
+    costly = controller(synthetic(draft=(0.002, 0.0, 0.002)))
+    for _ in range(20):
+        plan, _ = step(costly, [0], [[1, 2, 3, 4, 5, 6, 7]], [0])
+    assert plan.budget == [0] or plan.probe == [True]  # a costly one is not even asked
+    good = controller(synthetic())
+    for _ in range(8):
+        plan, _ = step(good, [0], [[1, 2, 3, 4, 5, 6, 7]], [7])
+    assert plan.budget[0] >= 7
+
+
+def test_a_drafters_own_cost_shortens_its_drafts():
+    # 4 ms per drafted node against ~1 ms of verify per extra input: long drafts stop paying.
+    free, costly = controller(synthetic()), controller(synthetic(draft=(0.0, 0.0, 0.004)))
+    for ctl in (free, costly):
+        for _ in range(10):
+            step(ctl, [0], [[1] * 12], [3])
+    assert costly.plan([0], [100], 64).budget[0] < free.plan([0], [100], 64).budget[0]
+
+
+def test_plain_rows_probe_again_with_growing_waits():
+    ctl = controller(synthetic(), probe_after=2, max_probe_interval=8)
+    probes = []
+    for index in range(40):
+        plan, _ = step(ctl, [0], [[1, 2, 3]], [0])
+        if plan.probe[0]:
+            probes.append(index)
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert len(probes) >= 3 and gaps == sorted(gaps) and max(gaps) <= 9
+
+
+def test_frozen_decisions_ignore_wall_clock():
+    """The same verdicts with wildly different timings give the same plans when frozen (a seeded
+    sampled call); and the frozen call leaves the cost model as it found it."""
+    model_a, model_b = synthetic(), synthetic()
+    ctl_a, ctl_b = controller(model_a, live=False), controller(model_b, live=False)
+    gen = torch.Generator().manual_seed(0)
+    plans_a, plans_b = [], []
+    for _ in range(30):
+        accepted = [int(torch.randint(0, 5, (1,), generator=gen))]
+        plans_a.append(step(ctl_a, [0], [[1, 2, 3, 4, 5, 6]], accepted,
+                            {"verify": 0.001, "other": 0.0, "draft_by_member": {"d": (3, 3, 0.0)}})[0].budget)
+        plans_b.append(step(ctl_b, [0], [[1, 2, 3, 4, 5, 6]], accepted,
+                            {"verify": 5.0, "other": 3.0, "draft_by_member": {"d": (3, 3, 9.0)}})[0].budget)
+    assert plans_a == plans_b
+    assert model_a.live.scale == {} and model_a.live.drafters == {} and model_a.live.overhead == 0.0
+
+
+def test_live_decisions_learn_costs():
+    model = synthetic()
+    ctl = controller(model)
+    for _ in range(20):
+        step(ctl, [0], [[1, 2, 3]], [3], {"verify": 0.05, "other": 0.001, "draft_by_member": {"d": (3, 3, 0.002)}})
+    ctl.finish()
+    assert model.live.scale[True] > 1.2 and "d" in model.live.drafters and model.live.overhead > 0
+    assert "d" in model.live.acceptance  # the next call's prior
+
+
+def test_frozen_rows_are_planned_alone():
+    """Frozen: a row's plan does not depend on the other rows of the batch."""
+    model = synthetic(batch=4)
+    alone = controller(model, live=False)
+    batch = controller(model, live=False)
+    for _ in range(6):
+        plan_alone, _ = step(alone, [7], [[1, 2, 3, 4]], [2])
+        plan_batch, _ = step(batch, [3, 7, 9], [[5], [1, 2, 3, 4], [6, 6]], [0, 2, 1])
+        assert plan_batch.budget[1] == plan_alone.budget[0]
+
+
+def test_scored_tree_keeps_a_connected_best_subtree_and_its_extra_slots():
+    ctl = controller(synthetic(curve=(0.010, 0.011, 0.012, 0.014, 0.017, 0.025, 0.04, 0.07)))
+    plan = ctl.plan([0], [100], 64)
+    for _ in range(5):  # the row's usual scores: 0.5 at every rank
+        ctl.rows[0].estimates["d"].observe_scores([0.5] * 4)
+    # root -> a (0.9) -> c (0.8); root -> b (0.05) -> d (0.9, capped by b); each node has one extra slot.
+    tokens = torch.tensor([[1, 2, 3, 4]])
+    parents = torch.tensor([[-1, -1, 0, 1]])
+    scores = torch.tensor([[0.9, 0.05, 0.8, 0.9]])
+    extra = ExtraSlots(torch.zeros(1, 6, 4), torch.tensor([[-1, -1, 0, 1, 2, 3]]), torch.tensor([6]))
+    draft = Draft(tokens, parents, torch.tensor([4]), None, extra, scores)
+    plan.budget = [4]
+    cut_draft, cut = ctl.cut(draft, plan, 0.0)
+    kept = cut_draft.tokens[0, : int(cut_draft.num_nodes[0])].tolist()
+    best_first = [kept[i] for i in cut.order[0]]
+    assert best_first[:2] == [1, 3] and len(kept) < 4  # a then c first; not all of it
+    assert 4 not in kept or 2 in kept  # d never without its parent b
+    parents = cut_draft.parents[0, : len(kept)].tolist()
+    assert all(p < i for i, p in enumerate(parents))  # a tree, compacted in node order
+    assert int(cut_draft.extra.num_slots[0]) == 2 + len(kept)  # root slots + one per kept node
+    assert cut_draft.width == len(kept)  # narrowed to the kept nodes
+
+
+def test_stochastic_drafts_are_cut_only_to_their_budget():
+    ctl = controller(synthetic(), members=(Member("d", True),))
+    for _ in range(5):
+        step(ctl, [0], [[1, 2, 3, 4, 5, 6]], [0])
+    plan = ctl.plan([0], [100], 64)
+    plan.budget, plan.choice = [3], ["d"]
+    q = torch.full((1, 6, 8), 1 / 8)
+    draft = Draft.chain(torch.tensor([[1, 2, 3, 4, 5, 6]]), q=q)
+    cut_draft, _ = ctl.cut(draft, plan, 0.0)
+    assert int(cut_draft.num_nodes[0]) == 3  # exactly the budget fixed before drafting, by node order
+
+
+def test_plain_rows_drop_their_root_extra_slots():
+    ctl = controller(synthetic())
+    plan = ctl.plan([0, 1], [100, 100], 64)
+    plan.choice, plan.budget = ["d", None], [2, 0]
+    extra = ExtraSlots(torch.zeros(2, 2, 4), torch.full((2, 2), -1), torch.tensor([2, 2]))
+    draft = Draft(torch.zeros(2, 0, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long),
+                  torch.zeros(2, dtype=torch.long), None, extra)
+    cut_draft, _ = ctl.cut(draft, plan, 0.0)
+    assert cut_draft.extra.num_slots.tolist() == [2, 0]
+
+
+def test_cost_model_is_kept_per_model_and_measured_once():
+    model = tiny_model("llama")
+    costs = cost_model_for(model, "cpu")
+    assert cost_model_for(model, "cpu") is costs
+    assert cost_model_for(tiny_model("llama", seed=1), "cpu") is not costs
+    spent = costs.ensure(model, [1], True, False, 16)
+    assert spent > 0 and costs.ensure(model, [1], True, False, 16) == 0.0
+    curve = costs.live.curves[(True, 1)]
+    assert list(curve.seconds) == sorted(curve.seconds)  # never cheaper with more inputs
+
+
+def test_generate_reports_the_controller(tmp_path):
+    model = tiny_model("llama")
+    prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3]
+    out = specdec.generate(model, prompt, drafter="anpd", max_new_tokens=24, controller={"trace": True})
+    report = out.stats.controller
+    assert report["mode"] == "live" and report["drafters"] == ["anpd"]
+    assert report["row_steps"] == out.stats.steps and len(report["trace"]) == out.stats.batch_steps
+    assert 0.0 <= out.stats.no_draft_share <= 1.0
+    off = specdec.generate(model, prompt, drafter="anpd", max_new_tokens=24, controller=False)
+    assert off.stats.controller == {} and off.sequences == out.sequences
+    own = specdec.generate(model, prompt, drafter="anpd", drafter_options={"schedule": "constant"},
+                           max_new_tokens=24)
+    assert own.stats.controller == {}
+    sampled = specdec.generate(model, prompt, drafter="anpd", max_new_tokens=8, temperature=1.0, seed=1)
+    assert sampled.stats.controller["mode"] == "frozen"
+
+
+def test_auto_reports_usable_drafters():
+    model = tiny_model("llama")
+    out = specdec.generate(model, [1, 2, 3, 1, 2, 3, 1, 2], drafter="auto", max_new_tokens=16)
+    assert out.drafter == "auto"
+    usable = out.stats.drafter_stats["usable"]
+    assert usable == ["anpd"] and "draft_model" in out.stats.drafter_stats["unusable"]
+    with pytest.raises(ValueError, match="controller"):
+        specdec.generate(model, [1, 2, 3], drafter="auto", max_new_tokens=4, controller=False)
