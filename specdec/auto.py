@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +139,10 @@ class AutoDrafter(Drafter):
         drafts = self.propose_members(state, choice, budget)
         return self.merge([drafts.get(name) if name is not None else None for name in choice], batch)
 
-    def propose_members(self, state: DecodeState, choice: list[str | None], budget: list[int]) -> dict[str, Draft]:
+    def propose_members(self, state: DecodeState, choice: list[str | None], budget: list[int],
+                        clock: Callable[[], float] = time.perf_counter) -> dict[str, Draft]:
         """Each member chosen for some row drafts for the whole batch with a zero budget on the other
-        rows; returns its draft with those rows emptied. Times add up per member for the step."""
+        rows; returns its draft with those rows emptied. Times (by `clock`) add up per member for the step."""
         drafts: dict[str, Draft] = {}
         for name, member in self.members.items():
             rows = torch.tensor([c == name for c in choice])
@@ -151,9 +153,9 @@ class AutoDrafter(Drafter):
                               step=state.step, scratch=state.scratch,
                               draft_budget=torch.where(rows, torch.tensor(budget, dtype=torch.long), 0),
                               draft_choice=[c if c == name else None for c in choice])
-            started = time.perf_counter()
+            started = clock()
             draft = _only_rows(member.propose(sub), rows)
-            seconds = time.perf_counter() - started
+            seconds = clock() - started
             drafts[name] = draft
             self.scored[name] = draft.scores is not None
             counts = draft.num_nodes.tolist()

@@ -34,7 +34,8 @@ pass the same `CostModel` (or turn the controller off) to pin the costs too.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,7 +140,8 @@ class GoodputController:
     """Per call: plans budgets, cuts drafts, learns from verdicts. Holds per-row state keyed by row id."""
 
     def __init__(self, members: Sequence[Member], model_costs: CostModel, table: CostTable, live: bool,
-                 packed: bool, options: ControllerOptions | None = None) -> None:
+                 packed: bool, options: ControllerOptions | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.members = {m.name: m for m in members}
         self.order = [m.name for m in members]
         self.model_costs = model_costs
@@ -147,6 +149,7 @@ class GoodputController:
         self.live = live
         self.packed = packed
         self.options = options or ControllerOptions()
+        self.clock = clock  # what the engine times steps with for this controller (specdec.costs.cost_clock)
         self.rows: dict[int, _Row] = {}
         self.counts: dict[str, Any] = {"plain_row_steps": 0, "row_steps": 0, "probes": 0, "switches": 0,
                                        "drafted_row_steps": {name: 0 for name in self.order},
@@ -511,7 +514,7 @@ class GoodputController:
         first = [look or (c if c in plan.cheap else None) for look, c in zip(plan.look, plan.choice)]
         budget = [lb if look else (bud if f else 0) for look, lb, bud, f in
                   zip(plan.look, plan.look_budget, plan.budget, first)]
-        early = members(state, first, budget)
+        early = members(state, first, budget, self.clock)
         rows: list[Draft | None] = [None] * batch
         for b in range(batch):
             name, look = first[b], plan.look[b]
@@ -536,7 +539,7 @@ class GoodputController:
         later = [c if rows[b] is None and c is not None and first[b] != c else None
                  for b, c in enumerate(plan.choice)]
         if any(later):
-            late = members(state, later, plan.budget)
+            late = members(state, later, plan.budget, self.clock)
             for b, name in enumerate(later):
                 if name is not None:
                     rows[b] = late[name]

@@ -30,7 +30,7 @@ import platform
 import time
 import weakref
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,15 @@ EXTRA_GRID = (0, 1, 2, 3, 4, 8, 16, 32, 64, 128, 256)
 #: Drift beyond this factor (observed / measured, smoothed) at the end of a call re-measures the curves
 #: at the next one; smaller drifts are absorbed by the smoothed scale and per-width corrections.
 REMEASURE_DRIFT = 2.0
+
+
+def cost_clock(device: torch.device | str) -> Callable[[], float]:
+    """The clock costs are measured with. On a CPU with one torch thread: this process's CPU time, which
+    other jobs on a shared machine do not inflate (a forward's wall time there can double for no reason
+    of its own, and decisions follow cost *ratios*); elsewhere wall time (on CUDA after a synchronise)."""
+    if torch.device(device).type == "cpu" and torch.get_num_threads() == 1:
+        return time.process_time
+    return time.perf_counter
 
 
 def device_key(device: torch.device | str) -> str:
@@ -210,7 +219,7 @@ class CostModel:
             grid = tuple(e for e in EXTRA_GRID if e <= max(64, 16 * bucket))
             alone = bucket == 1  # one row: the same forward in every batch mode, measured (and keyed) once
             seconds = measure_verify(model, bucket, grid, None if alone else packed, padded and not alone, context,
-                                     self.rounds)
+                                     self.rounds, clock=cost_clock(model.get_input_embeddings().weight.device))
             self.live.curves[(packed or alone, bucket)] = VerifyCurve(bucket, grid, tuple(seconds))
         self.live.scale.setdefault(packed, 1.0)
         spent = time.perf_counter() - started
@@ -257,7 +266,7 @@ class CostModel:
 
 
 def measure_verify(model: Any, batch: int, grid: tuple[int, ...], packed: bool | None, padded: bool, context: int,
-                   rounds: int = 3, seed: int = 0) -> list[float]:
+                   rounds: int = 3, seed: int = 0, clock: Callable[[], float] = time.perf_counter) -> list[float]:
     """Seconds of a verification forward (chains, inputs spread evenly over the rows) for each
     number of extra inputs in `grid`, on a prefix of `context` random tokens per row. Sizes are
     interleaved each round, so load drift on a shared machine hits all of them alike."""
@@ -287,12 +296,12 @@ def measure_verify(model: Any, batch: int, grid: tuple[int, ...], packed: bool |
                     ids = torch.randint(0, vocab, (batch, steps), generator=generator)
                     if model_is_cuda(runner):
                         torch.cuda.synchronize(runner.device)
-                    start = time.perf_counter()
+                    start = clock()
                     runner.verify_forward(ids, depths, visible, valid=valid)
                     if model_is_cuda(runner):
                         torch.cuda.synchronize(runner.device)
                     if round_index:  # the first round warms up
-                        times[extra].append(time.perf_counter() - start)
+                        times[extra].append(clock() - start)
     finally:
         runner.release()
     # The fastest of the rounds: another job on a shared machine only ever adds time. Then a forward is

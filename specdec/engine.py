@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .controller import ControllerOptions, GoodputController, Member, Plan
-from .costs import CostModel, cost_model_for
+from .costs import CostModel, cost_clock, cost_model_for
 from .draft import Draft, ExtraSlots, Verdict
 from .errors import DrafterError, VerifierError
 from .plugins import DecodeState, Drafter, GenerationContext, Verifier
@@ -240,7 +240,8 @@ class SpeculativeEngine:
         if not live:
             self._ensure(model_costs, target, 1)
             table = model_costs.snapshot()
-        return GoodputController(members, model_costs, table, live, target.packed_inputs, options)
+        return GoodputController(members, model_costs, table, live, target.packed_inputs, options,
+                                 cost_clock(self.device))
 
     def _ensure(self, model_costs: CostModel, target: TargetRunner, batch: int) -> float:
         return model_costs.ensure(self.model, [batch], target.packed_inputs, target.padded, self._measure_context)
@@ -294,13 +295,15 @@ class SpeculativeEngine:
         waiting: bool = False,
     ) -> set[int]:
         t0 = time.perf_counter()
+        clock = controller.clock if controller is not None else None
+        c0 = clock() if clock else 0.0
         batch = state.batch_size
         plan: Plan | None = None
         if controller is not None:
             plan = controller.plan(state.row_ids, state.max_depth.tolist(), self.config.max_draft_nodes, waiting)
             state.draft_budget = torch.tensor(plan.budget, dtype=torch.long)
             state.draft_choice = list(plan.choice)
-        t_plan = time.perf_counter()
+        c_plan = clock() if clock else 0.0
         if plan is not None:
             draft = self._drafter_call("propose", controller.propose, self.drafter, state, plan)
         else:
@@ -311,14 +314,15 @@ class SpeculativeEngine:
         if draft.extra is not None and self.context is not None:
             extra_limit = torch.tensor(self.context - 1) - target.lengths
         draft = prune_draft(draft, state.max_depth, extra_limit)
-        t_proposed = time.perf_counter()
+        c_proposed = clock() if clock else 0.0
         cut = None
         draft_before_cut = draft
         if controller is not None:
             scored = getattr(self.drafter, "scored", None)
             scored = dict(scored) if isinstance(scored, dict) else {self.drafter.name: draft.scores is not None}
-            draft, cut = controller.cut(draft, plan, t_proposed - t_plan, scored)
+            draft, cut = controller.cut(draft, plan, c_proposed - c_plan, scored)
         t1 = time.perf_counter()
+        c1 = clock() if clock else 0.0
 
         # Inputs: [root, nodes (N), extras (E)]; parents in input indices (root = 0 = its own parent).
         width = draft.width
@@ -355,6 +359,7 @@ class SpeculativeEngine:
             logits = target.verify_forward(tokens, depths, visible, extra.embeds, valid=valid)
         del input_ids
         t2 = time.perf_counter()
+        c2 = clock() if clock else 0.0
 
         try:
             verdict = self.verifier.verify(draft, logits[:, : 1 + width], state.sampling, state.generator)
@@ -364,12 +369,14 @@ class SpeculativeEngine:
             raise VerifierError(f"verifier {self.verifier.name!r} raised: {error!r}") from error
         verdict = validate_verdict(verdict, draft, self.verifier.name)
         t3 = time.perf_counter()
+        c3 = clock() if clock else 0.0
 
         finished, committed = self._commit(state, draft, verdict, target, sequences, results, stoppers, budgets,
                                            stats)
         extra_logits = logits[:, 1 + width :] if extra is not None else None
         self._drafter_call("observe", self.drafter.observe, state, draft, verdict, committed, extra_logits)
         t4 = time.perf_counter()
+        c4 = clock() if clock else 0.0
 
         stats.batch_steps += 1
         stats.steps += batch
@@ -387,10 +394,12 @@ class SpeculativeEngine:
         stats.verify_time += t2 - t1
         stats.other_time += (t3 - t2) + (t4 - t3)
         if controller is not None:
-            drafting = t_proposed - t_plan
-            # On CUDA the forward is asynchronous: it is done once the verdict is read back (t3).
+            # Timed by the controller's clock (specdec.costs.cost_clock). On CUDA the forward is
+            # asynchronous: it is done once the verdict has been read back (c3).
+            drafting = c_proposed - c_plan
             controller.observe(plan, cut, verdict, {
-                "verify": (t3 - t1) if self.device.type == "cuda" else (t2 - t1), "other": (t3 - t2) + (t4 - t3) + (t_plan - t0) + (t1 - t_proposed),
+                "verify": (c3 - c1) if self.device.type == "cuda" else (c2 - c1),
+                "other": (c3 - c2) + (c4 - c3) + (c_plan - c0) + (c1 - c_proposed),
                 "draft": drafting, "draft_by_member": self._draft_costs(draft_before_cut, drafting)})
             if finished:
                 controller.forget([row for row in state.row_ids if row not in finished])

@@ -1,0 +1,86 @@
+"""Issue 21's Spec-Bench targets, checked from one run's results (ratios against specdec `none` of the
+same run, per category and overall), plus each cell's share of row-steps that verified no draft.
+
+    .venv/bin/python benchmarks/results/goodput/targets.py benchmarks/results/goodput/spec_bench
+
+Writes targets.md into that folder and prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag", "overall")
+#: goodput cell -> the same drafter with its own schedule (its default before issue 21)
+BASELINE_OF = {"anpd": "anpd(schedule=constant)", "draft_model": "draft_model(schedule=heuristic)",
+               "layer_skip": "layer_skip(schedule=own)", "ppd": "ppd(schedule=profile)",
+               "ppd_draft_model": "ppd_draft_model(schedule=constant)"}
+
+
+def no_draft_shares(folder: Path) -> dict[str, float]:
+    shares: dict[str, float] = {}
+    for line in (folder / "cells.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        steps = plain = 0
+        for call in record.get("calls", []):
+            stats = call.get("stats") or {}
+            steps += stats.get("steps", 0)
+            plain += stats.get("no_draft_row_steps", 0)
+        label = record["cell"].get("label") or record["cell_id"]
+        if steps:
+            shares[label] = plain / steps
+    return shares
+
+
+def main(folder: Path) -> str:
+    data = json.loads((folder / "results.json").read_text())
+    cells = {c["label"]: c for c in data["summary"]["cells"] if c["method"] == "specdec" and c["status"] == "ok"}
+    ratio = {label: {cat: c["categories"][cat]["speedup_vs_none"] for cat in CATEGORIES}
+             for label, c in cells.items()}
+    shares = no_draft_shares(folder)
+    lines = [f"# Issue 21 targets ({folder.name})", "", f"Command: `{data['command']}`", "",
+             "Ratio = tokens/s over specdec `none` of the same run (mean per-sample tokens/s, 3 repeats).", "",
+             "| cell | " + " | ".join(CATEGORIES) + " | no-draft share |",
+             "|---|" + "---|" * (len(CATEGORIES) + 1)]
+    for label, values in ratio.items():
+        share = shares.get(label)
+        lines.append(f"| {label} | " + " | ".join(f"{values[c]:.3f}" for c in CATEGORIES)
+                     + f" | {'-' if share is None else f'{share:.0%}'} |")
+    checks: list[tuple[str, bool, str]] = []
+    goodput = [name for name in BASELINE_OF if name in ratio]
+    for name in goodput:
+        worst = min(CATEGORIES, key=lambda c: ratio[name][c])
+        checks.append((f"{name} >= 0.97x none overall and in every category",
+                       ratio[name][worst] >= 0.97, f"lowest {worst} {ratio[name][worst]:.3f}"))
+        own = BASELINE_OF[name]
+        if own in ratio:
+            for cat in CATEGORIES:
+                before = ratio[own][cat]
+                if before > 1.05:
+                    after = ratio[name][cat]
+                    checks.append((f"{name} {cat}: beat none by >5% with its own schedule ({before:.3f}x); "
+                                   "keeps >= 97% of that speedup", after >= 0.97 * before, f"{after:.3f}x"))
+    if "ppd" in ratio:
+        checks.append(("ppd >= 1.0x none overall", ratio["ppd"]["overall"] >= 1.0,
+                       f"{ratio['ppd']['overall']:.3f}"))
+    if "auto" in ratio and goodput:
+        singles = [n for n in goodput] + [BASELINE_OF[n] for n in goodput if BASELINE_OF[n] in ratio]
+        best = max(singles, key=lambda n: ratio[n]["overall"])
+        checks.append((f"auto >= best single drafter overall within 2% (best: {best} "
+                       f"{ratio[best]['overall']:.3f})", ratio["auto"]["overall"] >= 0.98 * ratio[best]["overall"],
+                       f"{ratio['auto']['overall']:.3f}"))
+        for cat in CATEGORIES[:-1]:
+            best_cat = max(singles, key=lambda n: ratio[n][cat])
+            checks.append((f"auto within 5% of the best in {cat} (best: {best_cat} {ratio[best_cat][cat]:.3f})",
+                           ratio["auto"][cat] >= 0.95 * ratio[best_cat][cat], f"{ratio['auto'][cat]:.3f}"))
+    lines += ["", "| target | met | measured |", "|---|---|---|"]
+    lines += [f"| {what} | {'yes' if ok else '**no**'} | {measured} |" for what, ok, measured in checks]
+    text = "\n".join(lines) + "\n"
+    (folder / "targets.md").write_text(text)
+    return text
+
+
+if __name__ == "__main__":
+    print(main(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/goodput/spec_bench")))
