@@ -9,7 +9,7 @@ Three parts, kept in one `CostModel` per (model, device):
   ~1.4x one input while 3 to 8 cost about the same as 2. Every real step is compared with the curve;
   a persistent drift rescales it and, past a limit, re-measures it at the next call.
 * each drafter's own cost per step (seconds = base + per level + per node), learnt online from the
-  time of its `propose` calls, by recursive least squares with forgetting.
+  time of its `propose` calls, by exponentially weighted least squares.
 * the engine's other per-step work (verifier, commit, bookkeeping), a running mean.
 
 It also keeps pooled acceptance estimates per drafter (`specdec.acceptance`), the prior for new rows.
@@ -93,28 +93,51 @@ class VerifyCurve:
 
 
 class LinearFit:
-    """Recursive least squares with forgetting: seconds ~ w . features, ridge-started at zero (an unseen
-    drafter costs nothing until measured). Cheap: a few features, updated once per step."""
+    """Exponentially weighted least squares, seconds ~ w . features, from decayed sufficient statistics
+    with a small ridge: stable however little the features vary (recursive least squares with forgetting
+    blows up along directions a drafter never explores, e.g. levels == nodes at batch 1, and then
+    predicts nonsense). An unseen drafter costs nothing until measured. A few features, solved per update."""
 
-    def __init__(self, size: int, forgetting: float = 0.97, ridge: float = 1.0) -> None:
-        self.weights = [0.0] * size
-        self.inverse = [[(1.0 / ridge if i == j else 0.0) for j in range(size)] for i in range(size)]
+    def __init__(self, size: int, forgetting: float = 0.97, ridge: float = 1e-4) -> None:
+        self.size = size
         self.forgetting = forgetting
+        self.ridge = ridge
+        self.xx = [[0.0] * size for _ in range(size)]
+        self.xy = [0.0] * size
+        self.weights = [0.0] * size
         self.samples = 0
 
     def predict(self, features: Iterable[float]) -> float:
         return max(0.0, sum(w * x for w, x in zip(self.weights, features)))
 
     def update(self, features: list[float], target: float) -> None:
-        p, lam = self.inverse, self.forgetting
-        px = [sum(p[i][j] * features[j] for j in range(len(features))) for i in range(len(features))]
-        denominator = lam + sum(x * v for x, v in zip(features, px))
-        gain = [v / denominator for v in px]
-        error = target - sum(w * x for w, x in zip(self.weights, features))
-        self.weights = [w + g * error for w, g in zip(self.weights, gain)]
-        self.inverse = [[(p[i][j] - gain[i] * px[j]) / lam for j in range(len(features))]
-                        for i in range(len(features))]
+        lam, n = self.forgetting, self.size
+        for i in range(n):
+            self.xy[i] = lam * self.xy[i] + features[i] * target
+            for j in range(n):
+                self.xx[i][j] = lam * self.xx[i][j] + features[i] * features[j]
         self.samples += 1
+        self.weights = _solve([[self.xx[i][j] + (self.ridge if i == j else 0.0) for j in range(n)]
+                               for i in range(n)], list(self.xy))
+
+
+def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting for a small symmetric positive definite system."""
+    n = len(vector)
+    a = [row[:] + [vector[i]] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        a[col], a[pivot] = a[pivot], a[col]
+        if abs(a[col][col]) < 1e-18:
+            return [0.0] * n
+        for r in range(col + 1, n):
+            factor = a[r][col] / a[col][col]
+            for c in range(col, n + 1):
+                a[r][c] -= factor * a[col][c]
+    out = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        out[r] = (a[r][n] - sum(a[r][c] * out[c] for c in range(r + 1, n))) / a[r][r]
+    return out
 
 
 @dataclass

@@ -34,25 +34,67 @@ def no_draft_shares(folder: Path) -> dict[str, float]:
     return shares
 
 
-def main(folder: Path) -> str:
-    data = json.loads((folder / "results.json").read_text())
-    cells = {c["label"]: c for c in data["summary"]["cells"] if c["method"] == "specdec" and c["status"] == "ok"}
-    ratio = {label: {cat: c["categories"][cat]["speedup_vs_none"] for cat in CATEGORIES}
-             for label, c in cells.items()}
-    shares = no_draft_shares(folder)
-    lines = [f"# Issue 21 targets ({folder.name})", "", f"Command: `{data['command']}`", "",
-             "Ratio = tokens/s over specdec `none` of the same run (mean per-sample tokens/s, 3 repeats).", "",
-             "| cell | " + " | ".join(CATEGORIES) + " | no-draft share |",
+def sample_ratios(folder: Path, clock: str, best: bool) -> dict[str, dict[str, float]]:
+    """Ratios over `none` recomputed from cells.jsonl with the harness's definition (mean per-sample
+    tokens/s over the mean of none's), on `clock` ("wall_times" or "cpu_times"), either over every repeat
+    or each sample's fastest repeat (`best`: another job on the machine only ever adds time)."""
+    speeds: dict[str, dict[str, list[float]]] = {}
+    for line in (folder / "cells.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["status"] != "ok" or record["cell"].get("method") != "specdec":
+            continue
+        label = record["cell"].get("label") or record["cell_id"]
+        calls = record["calls"]
+        per_category: dict[str, list[float]] = {}
+        for sample in record["samples"]:
+            tokens = sum(len(turn["tokens"]) for turn in sample["turns"])
+            repeats = len(calls[sample["turns"][0]["call"]][clock])
+            times = [sum(calls[turn["call"]][clock][r] for turn in sample["turns"]) for r in range(repeats)]
+            values = [tokens / min(times)] if best else [tokens / t for t in times]
+            for category in (sample["category"], "overall"):
+                per_category.setdefault(category, []).extend(values)
+        speeds[label] = {c: sum(v) / len(v) for c, v in per_category.items()}
+    base = speeds["none"]
+    return {label: {c: v[c] / base[c] for c in CATEGORIES} for label, v in speeds.items()}
+
+
+def table(title: str, ratio: dict[str, dict[str, float]], shares: dict[str, float]) -> list[str]:
+    lines = [f"### {title}", "", "| cell | " + " | ".join(CATEGORIES) + " | no-draft share |",
              "|---|" + "---|" * (len(CATEGORIES) + 1)]
     for label, values in ratio.items():
         share = shares.get(label)
         lines.append(f"| {label} | " + " | ".join(f"{values[c]:.3f}" for c in CATEGORIES)
                      + f" | {'-' if share is None else f'{share:.0%}'} |")
-    checks: list[tuple[str, bool, str]] = []
+    return lines + [""]
+
+
+def main(folder: Path) -> str:
+    results = folder / "results.json"
+    command = json.loads(results.read_text())["command"] if results.is_file() else "(partial run: cells.jsonl only)"
+    shares = no_draft_shares(folder)
+    views = {"wall clock, mean over the 3 repeats (the harness's `speedup_vs_none`)":
+             sample_ratios(folder, "wall_times", best=False),
+             "process CPU time, mean over the 3 repeats": sample_ratios(folder, "cpu_times", best=False),
+             "wall clock, each sample's fastest repeat": sample_ratios(folder, "wall_times", best=True)}
+    lines = [f"# Issue 21 targets ({folder.name})", "", f"Command: `{command}`", "",
+             "Ratio = tokens/s over specdec `none` of the same run (mean per-sample tokens/s, as the harness).",
+             "No-draft share: row-steps that verified no draft node (first repeat's calls).", ""]
+    for title, ratios in views.items():
+        lines += table(title, ratios, shares)
+    # Targets are checked on the harness's own number and on CPU time (the machine was shared).
+    for title, ratio in list(views.items())[:2]:
+        lines += [f"Targets on: {title}", ""] + checks(ratio) + [""]
+    text = "\n".join(lines) + "\n"
+    (folder / "targets.md").write_text(text)
+    return text
+
+
+def checks(ratio: dict[str, dict[str, float]]) -> list[str]:
+    found: list[tuple[str, bool, str]] = []
     goodput = [name for name in BASELINE_OF if name in ratio]
     for name in goodput:
         worst = min(CATEGORIES, key=lambda c: ratio[name][c])
-        checks.append((f"{name} >= 0.97x none overall and in every category",
+        found.append((f"{name} >= 0.97x none overall and in every category",
                        ratio[name][worst] >= 0.97, f"lowest {worst} {ratio[name][worst]:.3f}"))
         own = BASELINE_OF[name]
         if own in ratio:
@@ -60,26 +102,24 @@ def main(folder: Path) -> str:
                 before = ratio[own][cat]
                 if before > 1.05:
                     after = ratio[name][cat]
-                    checks.append((f"{name} {cat}: beat none by >5% with its own schedule ({before:.3f}x); "
+                    found.append((f"{name} {cat}: beat none by >5% with its own schedule ({before:.3f}x); "
                                    "keeps >= 97% of that speedup", after >= 0.97 * before, f"{after:.3f}x"))
     if "ppd" in ratio:
-        checks.append(("ppd >= 1.0x none overall", ratio["ppd"]["overall"] >= 1.0,
+        found.append(("ppd >= 1.0x none overall", ratio["ppd"]["overall"] >= 1.0,
                        f"{ratio['ppd']['overall']:.3f}"))
     if "auto" in ratio and goodput:
         singles = [n for n in goodput] + [BASELINE_OF[n] for n in goodput if BASELINE_OF[n] in ratio]
         best = max(singles, key=lambda n: ratio[n]["overall"])
-        checks.append((f"auto >= best single drafter overall within 2% (best: {best} "
+        found.append((f"auto >= best single drafter overall within 2% (best: {best} "
                        f"{ratio[best]['overall']:.3f})", ratio["auto"]["overall"] >= 0.98 * ratio[best]["overall"],
                        f"{ratio['auto']['overall']:.3f}"))
         for cat in CATEGORIES[:-1]:
             best_cat = max(singles, key=lambda n: ratio[n][cat])
-            checks.append((f"auto within 5% of the best in {cat} (best: {best_cat} {ratio[best_cat][cat]:.3f})",
+            found.append((f"auto within 5% of the best in {cat} (best: {best_cat} {ratio[best_cat][cat]:.3f})",
                            ratio["auto"][cat] >= 0.95 * ratio[best_cat][cat], f"{ratio['auto'][cat]:.3f}"))
-    lines += ["", "| target | met | measured |", "|---|---|---|"]
-    lines += [f"| {what} | {'yes' if ok else '**no**'} | {measured} |" for what, ok, measured in checks]
-    text = "\n".join(lines) + "\n"
-    (folder / "targets.md").write_text(text)
-    return text
+    lines = ["| target | met | measured |", "|---|---|---|"]
+    lines += [f"| {what} | {'yes' if ok else '**no**'} | {measured} |" for what, ok, measured in found]
+    return lines
 
 
 if __name__ == "__main__":
