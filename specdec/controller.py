@@ -1,34 +1,38 @@
 """The goodput controller: each step, how much of each row's draft to verify (possibly nothing), and with
 `drafter="auto"` which drafter drafts it, so as to maximise expected committed tokens per second.
 
-    rate = sum over rows of (1 + sum of p over the row's verified nodes)
-           / (draft cost + verify cost(batch, inputs) + engine overhead)
+    rate = sum over rows of weight * (1 + sum of p over the row's verified nodes)
+           / (drafters' own cost + verify cost(batch, inputs) + engine overhead)
 
-p comes from `specdec.acceptance` (per row, by node position or calibrated score), the costs from
-`specdec.costs` (measured on this device). Nodes are added best-first across rows (the likeliest token
-per input first), every prefix of that order is priced, and the best one is kept, so the step-shaped
-cost curves of real hardware (on a CPU 2 inputs cost ~1.4x one, 3-8 cost the same as 2) are handled
-exactly. A row whose best option is no draft decodes plainly and probes its drafter again after
-`probe_after` steps, the wait doubling while probes keep failing.
+p comes from `specdec.acceptance` (per row: conditional by node position, read against the drafter's
+scores), the costs from `specdec.costs` (measured on this device). Nodes are added best-first across
+rows (the likeliest token per input first), every prefix of that order is priced and the best one is
+kept, so the step-shaped cost curves of real hardware (on this CPU 2-5 inputs cost ~1.35x one, 8 cost
+~1.6x) are handled exactly. Weights are 1 while prompts wait (continuous batching); in a static batch
+tokens of the row expected to finish last count most (`row_weights`).
 
 Twice per step:
 * `plan`, before drafting, from the estimates by position: each row's drafter and draft budget
-  (`DecodeState.draft_budget`), so drafters whose drafting costs (draft_model, layer_skip) stop early;
-* `cut`, after drafting, deterministic drafts (q None) only: the best prefix of the real nodes (by score
-  when given, else in node order; extra slots follow their nodes). A stochastic draft is only cut to its
-  budget, by node order: which of its nodes are verified must not depend on the sampled tokens
-  themselves, or the verified nodes would no longer be draws from q and rejection sampling would be
-  biased. A budget fixed before drafting never looks at them, so every cut here is lossless.
+  (`DecodeState.draft_budget`), so drafters whose drafting costs (draft_model, layer_skip) stop early.
+  A drafter whose draft costs almost nothing (anpd's lookup) proposes all it can: deciding after
+  seeing it is free. A row whose best option is no draft decodes plainly; its drafter is probed again
+  later, the wait doubling while probes fail and never shorter than what keeps probes' expected loss
+  under `probe_share` of the row's time;
+* `cut`, after drafting: a deterministic draft (q None) is cut to its best prefix in best-first order
+  (scores when given, else node order; a prefix of that order is a connected subtree; extra slots
+  follow their nodes). A sampled draft (q given) is only cut to the budget fixed before drafting, by node
+  order: choosing which sampled nodes to verify by their own values would make the verified ones no
+  longer draws from q and bias rejection sampling. So every cut here is lossless.
 
-Determinism. Decisions read wall-clock measurements, so they must not decide a sampled output that a
-seed promises to fix. Rule: decisions are *live* (current costs, learning from this call, the batch
-priced as a whole) when the output cannot depend on them, i.e. greedy decoding with a lossless
-verifier, or when nothing is to be reproduced (sampling without a seed). Otherwise (sampling with a
-seed, or a lossy verifier) they are *frozen*: every row is planned as if it ran alone (batch 1), from a
-snapshot of the cost model taken when the call starts, and the call leaves the cost model as it found
-it, so a row's decisions, and so its random draws, depend only on its own history: the same prompt and
-seed give the same output in any batch, batch mode and repeat within a process. Across processes,
-pass the same `CostModel` (or turn the controller off) to pin the costs too.
+Determinism. Decisions read timings, so they must not decide a sampled output that a seed promises to
+fix. Decisions are *live* (current costs, learning from this call, the batch priced as a whole) when
+the output cannot depend on them, i.e. greedy decoding with a lossless verifier, or when nothing is to
+be reproduced (sampling without a seed). Otherwise (sampling with a seed, or a lossy verifier) they are
+*frozen*: every row is planned as if it ran alone (batch 1), from a snapshot of the cost model taken when
+the call starts, and the call leaves the cost model as it found it; a row's decisions, and so its random
+draws, depend only on its own history: the same prompt and seed give the same output in any batch,
+batch mode and repeat within a process. Across processes, pass the same `CostModel` (or turn the
+controller off) to pin the costs too.
 """
 
 from __future__ import annotations
