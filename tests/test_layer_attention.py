@@ -272,3 +272,15 @@ def test_out_of_vocabulary_prompt_ids_are_refused_before_any_forward() -> None:
     with pytest.raises(ValueError, match=r"prompt row 0 holds token id -3 at position 0"):
         specdec.generate(model, [-3, 5], drafter="none", max_new_tokens=4)
     assert counter.calls == 0
+
+
+def test_the_probe_fits_a_short_context() -> None:
+    """A model whose context is shorter than the probe's usual rows (GPT-2 style learned positions fail
+    outside it) is probed within its context and served."""
+    torch.manual_seed(0)
+    model = _ready(MistralForCausalLM(MistralConfig(num_hidden_layers=2, sliding_window=8,
+                                                    **{**COMMON, "max_position_embeddings": 24})))
+    check_model_supported(model)
+    prompt = list(range(3, 15))
+    assert specdec.generate(model, prompt, drafter=RandomTreeDrafter(VOCAB), max_new_tokens=10).sequences[0] == \
+        hf_greedy(model, prompt, 10)
