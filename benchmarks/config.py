@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specdec import registry
 from specdec.errors import PluginLoadError, SpecDecError
 
+from .datasets import dataset_file
 from .oracle import NAME as ORACLE
 from .oracle import register_oracle
 
@@ -72,7 +73,7 @@ class DrafterSpec(_Strict):
 
 class DatasetSpec(_Strict):
     kind: Literal["spec_bench", "humaneval", "gsm8k", "text"] = "spec_bench"
-    path: str | None = Field(None, description="None = the default file under ../shared/data/")
+    path: str | None = Field(None, description="None = the file shipped with specdec (specdec.data)")
     categories: list[str] | None = None
     per_category: int | None = Field(None, ge=1, description="first N prompts of each category")
 
@@ -164,7 +165,8 @@ def parse_config(data: Any, source: str = "config") -> SweepConfig:
 
 
 def check_plugins(config: SweepConfig) -> dict[str, str]:
-    """Resolve every plugin name and validate options, before any model work.
+    """Resolve every plugin name, validate options and check the model and prompt files exist, before any
+    model work.
 
     Unknown names and invalid options raise (listing the known names); a drafter that exists but fails
     to import is returned as {display label: error} so the sweep can report it as a failed cell.
@@ -179,6 +181,8 @@ def check_plugins(config: SweepConfig) -> dict[str, str]:
             registry.load_class("drafter", spec.name)  # raises with the known names and a close match
     for model in config.models:
         _check_model_files(model)
+    for dataset in config.datasets:
+        dataset_file(dataset.kind, dataset.path)  # a missing prompt file fails here, not in every cell
     for spec in config.drafters:
         try:
             cls = registry.load_class("drafter", spec.name)

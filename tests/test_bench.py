@@ -158,11 +158,8 @@ def test_unknown_category_lists_known_ones(data_files):
     assert [s.sample_id for s in picked] == ["1"] and picked[0].category == "mt_bench"
 
 
-def test_shipped_spec_bench_file_when_present():
-    try:
-        samples = load_dataset("spec_bench", per_category=2)
-    except DatasetError:
-        pytest.skip("../shared/data is not beside this checkout")
+def test_shipped_spec_bench_file():
+    samples = load_dataset("spec_bench", per_category=2)
     categories = {s.category for s in samples}
     assert categories == {"mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag"}
     mt = [s for s in samples if s.category == "mt_bench"]
