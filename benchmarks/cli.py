@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                                    fresh=args.fresh)
         elapsed = time.perf_counter() - started
     except (SpecDecError, ValueError, FileNotFoundError) as error:
+        sys.stdout.flush()  # the error is the last line even when stdout and stderr share a pipe
         print(f"specdec bench: error: {error}", file=sys.stderr)
         return 2
     finally:
@@ -161,6 +162,18 @@ def main(argv: list[str] | None = None) -> int:
               f"{'-' if speedup is None else f'{speedup:.2f}x':>6}  tau {'-' if tau is None else f'{tau:.2f}':>5}  "
               f"greedy check: {cell['equality']['status']}")
     print(f"wrote {args.out / 'results.md'}, results.json and {len(result['plots'])} plots in {elapsed:.0f} s")
+    return _verdict(failures, len(result["summary"]["cells"]), args.out / "results.md")
+
+
+def _verdict(failures: list[dict[str, Any]], cells: int, report: Path) -> int:
+    """The exit status, and a last line saying the same thing (a log's tail is what people read)."""
+    sys.stdout.flush()  # keep this order when stdout and stderr share a pipe
     for failure in failures:
         print(f"FAILURE: {failure['label']} (batch {failure['batch_size']}): {failure['kind']}", file=sys.stderr)
-    return 1 if failures else 0
+    if failures:
+        labels = {(f["label"], f["batch_size"]) for f in failures}
+        print(f"specdec bench: FAILED: {len(labels)} of {cells} cells failed or differ from the greedy baseline; "
+              f"see {report}", file=sys.stderr)
+        return 1
+    print(f"specdec bench: ok: {cells} cells ran and every lossless method matched the greedy baseline")
+    return 0

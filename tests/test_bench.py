@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -338,3 +341,34 @@ def test_draft_vocab_benchmark_writes_a_table_of_equal_outputs(tmp_path):
     coverage = {cell["draft_vocab"]: cell["coverage"] for cell in cells}
     assert coverage[0] == 1.0 and coverage[4096] >= coverage[2048] >= coverage[1024] > 0
     assert (tmp_path / "table.md").read_text().count("| 2 |") == len(cells)
+
+
+def _bench_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`specdec bench` in a child process, stdout and stderr in one pipe as a CI log would hold them."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # pipes are block-buffered
+    return subprocess.run([sys.executable, "-m", "specdec.cli", "bench", *args, "--no-progress"], cwd=cwd, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+
+
+def test_bench_exit_status_and_last_line_say_when_a_cell_failed(tiny_dir, tmp_path):
+    broken = tmp_path / "broken.jsonl"  # exists, so the sweep starts; unreadable, so every cell fails
+    broken.write_text('{"question_id": 1, "category": "qa", "turns": ["who"]}\nnot json\n')
+    common = ["--model", str(tiny_dir), "--drafter", "none", "--baseline", "hf_generate", "--max-new-tokens", "4",
+              "--warmup", "0"]
+    run = _bench_cli([*common, "--dataset", f"spec_bench:{broken}", "--out", str(tmp_path / "failed")], tmp_path)
+    last = run.stdout.strip().splitlines()[-1]
+    assert run.returncode == 1, run.stdout
+    assert last.startswith("specdec bench: FAILED") and "2 of 2 cells" in last and "results.md" in last, run.stdout
+    assert f"{broken}:2: not valid JSON" in (tmp_path / "failed" / "results.md").read_text()
+
+    missing = tmp_path / "missing.jsonl"
+    run = _bench_cli([*common, "--dataset", f"spec_bench:{missing}", "--out", str(tmp_path / "missing")], tmp_path)
+    last = run.stdout.strip().splitlines()[-1]
+    assert run.returncode == 2 and last.startswith("specdec bench: error:"), run.stdout
+    assert str(missing) in last and "--dataset spec_bench:PATH" in last
+    assert not (tmp_path / "missing" / RESULTS_FILE).exists()  # failed before any model loaded
+
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"question_id": 1, "category": "qa", "turns": ["the quick brown fox"]}\n')
+    run = _bench_cli([*common, "--dataset", f"spec_bench:{good}", "--out", str(tmp_path / "ok")], tmp_path)
+    assert run.returncode == 0 and run.stdout.strip().splitlines()[-1].startswith("specdec bench: ok"), run.stdout
