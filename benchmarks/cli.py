@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--warmup", type=int)
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--threads", type=int,
+                        help="torch threads (per Ray worker with --ray); presets use 1 with the bundled model")
     parser.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                         help="spread cells over Ray workers: a local cluster, or ADDRESS (e.g. auto, ray://host:10001)")
     parser.add_argument("--ray-workers", type=int, help="number of Ray workers (default: the cluster's CPUs)")
@@ -116,7 +118,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
                                  for d in datasets]
     for flag, key in (("verifier", "verifiers"), ("baseline", "baselines"), ("max_new_tokens", "max_new_tokens"),
                       ("temperature", "temperature"), ("batch_size", "batch_sizes"), ("repeats", "repeats"),
-                      ("warmup", "warmup"), ("seed", "seed")):
+                      ("warmup", "warmup"), ("seed", "seed"), ("threads", "threads")):
         value = getattr(args, flag)
         if value is not None:
             overrides[key] = value
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.ray is not None:
             from .ray_backend import RayBackend
 
-            backend = RayBackend(None if args.ray == "local" else args.ray, num_workers=args.ray_workers)
+            backend = RayBackend(None if args.ray == "local" else args.ray, num_workers=args.ray_workers,
+                                 threads_per_worker=config.threads or 1)
         started = time.perf_counter()
         cells, records = run_sweep(config, args.out, backend=backend, show_progress=not args.no_progress,
                                    fresh=args.fresh)

@@ -289,6 +289,26 @@ def test_config_from_yaml_json_and_flags(tmp_path):
     assert config.datasets[0].categories == ["mt_bench", "summarization", "rag"]
 
 
+def test_presets_run_the_bundled_model_on_one_thread_and_the_flag_overrides(tiny_dir, data_files, tmp_path):
+    from specdec.benchmarks.cli import build_parser, config_from_args
+    from specdec.benchmarks.config import preset
+
+    assert preset("quick").threads == preset("full").threads == 1
+    assert preset("quick", str(tiny_dir)).threads is None  # other models keep torch's default
+    quick = preset("quick")
+    assert (quick.max_new_tokens, quick.datasets[0].per_category, quick.warmup) == (64, 2, 1)
+    args = build_parser().parse_args(["--preset", "quick", "--threads", "2", "--out", str(tmp_path)])
+    assert config_from_args(args).threads == 2
+    before = torch.get_num_threads()
+    try:
+        config = _config(tiny_dir, {"kind": "text", "path": str(data_files["text"])}, ["none"], threads=2)
+        cells, records = run_sweep(config, tmp_path / "two", show_progress=False)
+        result = write_report(cells, records, config, tmp_path / "two", command="test")
+        assert result["machine"]["torch_threads"] == 2 and result["config"]["threads"] == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_per_sample_tau_is_per_row_at_batch_above_one(tiny_dir, data_files, tmp_path):
     """A batched cell reports each sample's own tau (its row's counts), equal to the same sample's
     tau at batch 1: drafts and outputs per row do not depend on the batch."""
