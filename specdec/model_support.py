@@ -27,7 +27,7 @@ from .layer_attention import (
     implementation_problem,
     layer_attention,
 )
-from .target import ROW_ATTENTION_MIN_WASTE, TargetRunner, model_device
+from .target import ROW_ATTENTION_MIN_WASTE, TargetRunner, context_length, model_device
 
 #: The probe's rows run this many tokens past the longest window or chunk ...
 PROBE_MARGIN = 12
@@ -83,17 +83,23 @@ class _Case:
     lengths: tuple[int, ...]
 
 
-def _cases(layers: LayerAttention) -> list[_Case]:
-    span = min(layers.longest_span, PROBE_MAX_SPAN)
-    length = span + PROBE_MARGIN
+def _cases(layers: LayerAttention, context: int | None) -> list[_Case]:
+    """Solo, ragged and per-row batches whose rows (prompt + 3 continuation tokens) fit the model's context."""
+    fits = (context - 3) if context is not None else None  # longest prompt whose continuation fits
+    length = min(layers.longest_span, PROBE_MAX_SPAN) + PROBE_MARGIN
+    if fits is not None:
+        length = max(min(length, fits), 2)
     past = f" past the longest window/chunk ({layers.longest_span})" if layers.longest_span else ""
-    return [
+    cases = [
         _Case(f"prefill, tree verification with a wrong branch and a scratch forward{past}", (length,)),
-        _Case(f"a ragged batch of two rows{past}", (length, length - 5)),
-        # A row far longer than the others: the per-row attention path of packed batches.
-        _Case(f"a ragged batch with per-row attention{past}",
-              (length, length - 5, length + 2 * ROW_ATTENTION_MIN_WASTE + 8)),
+        _Case(f"a ragged batch of two rows{past}", (length, max(length - 5, 1))),
     ]
+    # A row far longer than the others takes the per-row attention path of packed batches; a context too short
+    # for such a row never reaches that path.
+    longest = length + 2 * ROW_ATTENTION_MIN_WASTE + 8
+    if fits is None or longest <= fits:
+        cases.append(_Case(f"a ragged batch with per-row attention{past}", (length, max(length - 5, 1), longest)))
+    return cases
 
 
 @torch.no_grad()
@@ -104,7 +110,7 @@ def _probe_problem(model: Any, layers: LayerAttention) -> tuple[str, str] | None
     vocab = int(model.get_input_embeddings().weight.shape[0])
     generator = torch.Generator().manual_seed(0)
     tolerance = 1e-3 if model.get_input_embeddings().weight.dtype == torch.float32 else 3e-2
-    for case in _cases(layers):
+    for case in _cases(layers, context_length(model)):
         batch = len(case.lengths)
         # Per row: a prompt, then the true continuation (3 tokens) that the tree's right branch holds.
         texts = [torch.randint(0, vocab, (length + 3,), generator=generator) for length in case.lengths]

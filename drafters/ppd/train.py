@@ -23,7 +23,7 @@ import torch
 from .distill import distillation_loss, rank_counts, student_logits, teacher_continuation
 from .prompts import PromptCheckpoint, init_from_vocab, model_fingerprint
 
-# Evaluation sets of the project: never train on them (shared/data/README.md).
+# Evaluation sets of the project: never train on them (specdec/data/README.md).
 FORBIDDEN = ("spec_bench", "humaneval", "gsm8k/test")
 
 
