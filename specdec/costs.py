@@ -224,9 +224,12 @@ class CostModel:
         return copy.deepcopy(self.live)
 
     # -- measuring -----------------------------------------------------------------------------
-    def ensure(self, model: Any, batches: Iterable[int], packed: bool, padded: bool, context: int) -> float:
+    def ensure(self, model: Any, batches: Iterable[int], packed: bool, padded: bool, context: int,
+               max_positions: int | None = None) -> float:
         """Measure the verification curve for every bucket around `batches` that is missing (or stale);
-        returns the seconds spent. The model and its config are only run, never changed."""
+        returns the seconds spent. The model and its config are only run, never changed. Every measured
+        forward fits `max_positions` (the model's context): widths that cannot are not measured (and
+        could not be verified either), the measured prefix shrinks to leave room for the rest."""
         wanted = sorted({bucket for b in batches for bucket in _buckets(b)})
         if packed in self.stale:
             self.stale.discard(packed)
@@ -240,8 +243,12 @@ class CostModel:
         started = time.perf_counter()
         for bucket in missing:
             grid = tuple(e for e in EXTRA_GRID if e <= max(64, 16 * bucket))
+            prefix = context
+            if max_positions is not None:  # a prefix of at least one token, the widest row, and a spare slot
+                grid = tuple(e for e in grid if 1 + _widest(e, bucket) + 1 <= max_positions) or (0,)
+                prefix = max(1, min(context, max_positions - _widest(max(grid), bucket) - 1))
             alone = bucket == 1  # one row: the same forward in every batch mode, measured (and keyed) once
-            seconds = measure_verify(model, bucket, grid, None if alone else packed, padded and not alone, context,
+            seconds = measure_verify(model, bucket, grid, None if alone else packed, padded and not alone, prefix,
                                      self.rounds, clock=cost_clock(model.get_input_embeddings().weight.device))
             self.live.curves[(packed or alone, bucket)] = VerifyCurve(bucket, grid, tuple(seconds))
         self.live.scale.setdefault(packed, 1.0)
@@ -298,7 +305,7 @@ def measure_verify(model: Any, batch: int, grid: tuple[int, ...], packed: bool |
 
     vocab = int(model.get_input_embeddings().weight.shape[0])
     generator = torch.Generator().manual_seed(seed)
-    widest = 1 + -(-max(grid) // batch)
+    widest = _widest(max(grid), batch)
     runner = TargetRunner(model, batch, context + widest + 2, padded=padded, packed_inputs=None if padded else packed)
     times: dict[int, list[float]] = {extra: [] for extra in grid}
     try:
@@ -334,6 +341,11 @@ def measure_verify(model: Any, batch: int, grid: tuple[int, ...], packed: bool |
     for index in range(len(seconds) - 2, -1, -1):
         seconds[index] = min(seconds[index], seconds[index + 1])
     return seconds
+
+
+def _widest(extra: int, batch: int) -> int:
+    """Inputs of the widest row when `extra` inputs beyond one per row are spread over `batch` rows."""
+    return 1 + -(-extra // batch)
 
 
 def model_is_cuda(runner: Any) -> bool:

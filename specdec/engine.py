@@ -244,7 +244,8 @@ class SpeculativeEngine:
                                  cost_clock(self.device))
 
     def _ensure(self, model_costs: CostModel, target: TargetRunner, batch: int) -> float:
-        return model_costs.ensure(self.model, [batch], target.packed_inputs, target.padded, self._measure_context)
+        return model_costs.ensure(self.model, [batch], target.packed_inputs, target.padded, self._measure_context,
+                                  self.context)
 
     def _measure(self, controller: GoodputController, target: TargetRunner, batch: int,
                  stats: GenerationStats) -> None:

@@ -256,3 +256,33 @@ def test_auto_reports_usable_drafters():
     assert usable == ["anpd"] and "draft_model" in out.stats.drafter_stats["unusable"]
     with pytest.raises(ValueError, match="controller"):
         specdec.generate(model, [1, 2, 3], drafter="auto", max_new_tokens=4, controller=False)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("anpd", {}), ("ppd", {"random_init": True}), ("layer_skip", {"skip": {"attention": [1], "mlp": [1]}}),
+    ("draft_model", {"model": "@target"}),
+])
+def test_controller_off_drafters_still_draft(name, options):
+    """generate(controller=False) falls back to each drafter's own rule: it must still draft (a budget
+    of None means no limit, not nothing)."""
+    model = tiny_model("llama", seed=4)
+    if options.get("model") == "@target":
+        options = {"model": model}
+    prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3]
+    out = specdec.generate(model, prompt, drafter=name, drafter_options=options, max_new_tokens=16,
+                           controller=False)
+    assert sum(out.stats.drafted_per_step) > 0 and out.stats.controller == {}
+    assert out.sequences[0] == specdec.generate(model, prompt, drafter="none", max_new_tokens=16).sequences[0]
+
+
+def test_cost_measurement_fits_a_short_context():
+    """The cost curve is measured with forwards that fit the model's positions (a 32-token GPT-2 has 32
+    position embeddings): widths that cannot fit are left out, the prefix shrinks."""
+    model = tiny_model("llama", max_position_embeddings=32)
+    costs = CostModel("test")
+    costs.ensure(model, [1], True, False, 1024, max_positions=32)
+    curve = costs.live.curves[(True, 1)]
+    assert max(curve.extras) <= 29 and curve.extras[0] == 0
+    out = specdec.generate(tiny_model("llama", seed=1, max_position_embeddings=32), [1, 2, 3] * 9,
+                           drafter="anpd", max_new_tokens=4)
+    assert len(out.sequences[0]) == 4

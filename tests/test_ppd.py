@@ -99,7 +99,8 @@ def test_prompt_slots_match_appended_prompt_forward(num_ept: int) -> None:
     bonus ; prompt chain of group j] averaged over groups: positions, masks and aggregation are right."""
     model = tiny_model("llama", seed=2)
     drafter = _RecordingPPD({"random_init": True, "tree_size": 24, "num_ept": num_ept})
-    specdec.generate(model, [7, 8, 9, 10], drafter=drafter, verifier="exact", max_new_tokens=12)
+    specdec.generate(model, [7, 8, 9, 10], drafter=drafter, verifier="exact", max_new_tokens=12,
+                     controller=False)  # every step with its slots: this checks their logits, not the cut
     table = random_checkpoint(model, 3, num_ept).embeddings  # same seed, same init
     embed = model.get_input_embeddings()
     assert len(drafter.history) >= 5

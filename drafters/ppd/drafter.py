@@ -212,7 +212,7 @@ class PPDDrafter(Drafter):
         batch = state.batch_size
         layouts, tokens_rows, scores_rows = [], [], []
         budgets = state.draft_budget.tolist() if state.draft_budget is not None else [None] * batch
-        if not any(budgets):  # the controller decodes every row plainly this step
+        if state.draft_budget is not None and not any(budgets):  # the controller decodes every row plainly
             return Draft.empty(batch)
         for row, budget in zip(state.row_ids, budgets):
             prediction = self._predictions.get(row)

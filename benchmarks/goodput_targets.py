@@ -1,7 +1,7 @@
 """Issue 21's Spec-Bench targets, checked from one run's results (ratios against specdec `none` of the
 same run, per category and overall), plus each cell's share of row-steps that verified no draft.
 
-    .venv/bin/python benchmarks/results/goodput/targets.py benchmarks/results/goodput/spec_bench
+    .venv/bin/python benchmarks/goodput_targets.py benchmarks/results/goodput/spec_bench
 
 Writes targets.md into that folder and prints it.
 """

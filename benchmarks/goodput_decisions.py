@@ -1,9 +1,9 @@
 """One run's goodput decisions, step by step: the draft width the controller chose to verify, against the
 acceptance it measured and the cost of the step, for anpd and layer_skip on one Spec-Bench prompt.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/results/goodput/plot_decisions.py
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/goodput_decisions.py [category]
 
-Writes decisions.png and decisions.json beside this file. A warm-up call on another prompt first (the cost
+Writes decisions.png and decisions.json into benchmarks/results/goodput/. A warm-up call on another prompt first (the cost
 curve is measured at first use; pooled acceptance priors come from it), then the traced call.
 """
 
@@ -20,7 +20,7 @@ import specdec
 from specdec.costs import cost_model_for
 from specdec.target import context_length
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent / "results" / "goodput"
 
 
 def main() -> int:
