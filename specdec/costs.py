@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 #: Inputs beyond one per row at which the verification forward is timed (then interpolated).
@@ -102,8 +103,8 @@ class LinearFit:
         self.size = size
         self.forgetting = forgetting
         self.ridge = ridge
-        self.xx = [[0.0] * size for _ in range(size)]
-        self.xy = [0.0] * size
+        self.xx = np.zeros((size, size))
+        self.xy = np.zeros(size)
         self.weights = [0.0] * size
         self.samples = 0
 
@@ -111,33 +112,11 @@ class LinearFit:
         return max(0.0, sum(w * x for w, x in zip(self.weights, features)))
 
     def update(self, features: list[float], target: float) -> None:
-        lam, n = self.forgetting, self.size
-        for i in range(n):
-            self.xy[i] = lam * self.xy[i] + features[i] * target
-            for j in range(n):
-                self.xx[i][j] = lam * self.xx[i][j] + features[i] * features[j]
+        x = np.asarray(features, dtype=np.float64)
+        self.xx = self.forgetting * self.xx + np.outer(x, x)
+        self.xy = self.forgetting * self.xy + x * target
         self.samples += 1
-        self.weights = _solve([[self.xx[i][j] + (self.ridge if i == j else 0.0) for j in range(n)]
-                               for i in range(n)], list(self.xy))
-
-
-def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
-    """Gaussian elimination with partial pivoting for a small symmetric positive definite system."""
-    n = len(vector)
-    a = [row[:] + [vector[i]] for i, row in enumerate(matrix)]
-    for col in range(n):
-        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
-        a[col], a[pivot] = a[pivot], a[col]
-        if abs(a[col][col]) < 1e-18:
-            return [0.0] * n
-        for r in range(col + 1, n):
-            factor = a[r][col] / a[col][col]
-            for c in range(col, n + 1):
-                a[r][c] -= factor * a[col][c]
-    out = [0.0] * n
-    for r in range(n - 1, -1, -1):
-        out[r] = (a[r][n] - sum(a[r][c] * out[c] for c in range(r + 1, n))) / a[r][r]
-    return out
+        self.weights = [float(w) for w in np.linalg.solve(self.xx + self.ridge * np.eye(self.size), self.xy)]
 
 
 @dataclass
