@@ -55,6 +55,10 @@ from .validation import keep_nodes
 POOLED_DECAY = 0.98
 #: A drafter whose one-node draft costs at most this share of a plain step proposes all it can every step.
 CHEAP_DRAFT = 0.1
+#: Looks of a free drafter in a row that verified nothing before the row rests from it, and its rests.
+FRUITLESS_LOOKS = 4
+FIRST_REST = 4
+MAX_REST = 16
 
 
 class ControllerOptions(BaseModel):
@@ -91,6 +95,7 @@ class _Items:
     forced: int = 0  # nodes that must be kept (a probe)
     member: str | None = None
     weight: float = 1.0  # what this row's tokens are worth (static batches: rows behind count most)
+    context: float | None = None  # tokens in the row's cache: extra inputs cost more behind a long one
 
 
 @dataclass
@@ -109,6 +114,7 @@ class Plan:
     rate: list[float] = field(default_factory=list)
     cheap: frozenset[str] = frozenset()
     weights: list[float] = field(default_factory=list)  # live batches: what a token of each row is worth
+    contexts: list[float] = field(default_factory=list)  # tokens in each row's cache
 
 
 @dataclass
@@ -136,6 +142,9 @@ class _Row:
     member: str | None = None  # chosen by rate at the last plan
     pending: str | None = None  # a drafter whose first step had only extra slots: give it its second
     discarded: dict[str, int] = field(default_factory=dict)  # drafts cut to nothing in a row, per drafter
+    fruitless: dict[str, int] = field(default_factory=dict)  # a free drafter's looks in a row that verified nothing
+    rest: dict[str, int] = field(default_factory=dict)  # steps a free drafter is not asked to look
+    rest_wait: dict[str, int] = field(default_factory=dict)  # its next rest (doubles while looks stay fruitless)
     largest: dict[str, int] = field(default_factory=dict)  # most nodes the drafter proposed here so far
     pace: float = 1.0  # recent tokens committed per step (static batches weigh rows by steps left)
 
@@ -205,11 +214,14 @@ class GoodputController:
                 levels[r.member] = max(levels.get(r.member, 0), k)
                 nodes[r.member] = nodes.get(r.member, 0) + k
 
+        known = [r.context for r in rows if r.context is not None]
+        context = sum(known) / len(known) if known else None
+
         def seconds() -> float:
             inputs = sum(widths) if packed else batch * max(widths)
             draft = draft_seconds if draft_seconds is not None else sum(
                 table.draft(name, levels[name], nodes[name]) for name in nodes)
-            return draft + table.verify(batch, inputs, packed) + self._overhead()
+            return draft + table.verify(batch, inputs, packed, context) + self._overhead()
 
         best_rate = tokens / max(seconds(), 1e-12)
         best_kept = list(kept)
@@ -244,20 +256,20 @@ class GoodputController:
         """Rate of one row alone (batch 1) keeping its first k nodes, for k = 0..len: member choice,
         probes and every frozen decision."""
         table, packed, overhead = self.table, self.packed, self._overhead()
-        rates = [1.0 / max(table.verify(1, 1, packed) + overhead, 1e-12)]
+        rates = [1.0 / max(table.verify(1, 1, packed, items.context) + overhead, 1e-12)]
         tokens, inputs = 1.0, 1 + items.base
         for k, (p, size) in enumerate(zip(items.probs, items.sizes), start=1):
             tokens += p
             inputs += size
             draft = table.draft(items.member, k, k) if items.member else 0.0
-            rates.append(tokens / max(draft + table.verify(1, inputs, packed) + overhead, 1e-12))
+            rates.append(tokens / max(draft + table.verify(1, inputs, packed, items.context) + overhead, 1e-12))
         return rates
 
-    def _position_items(self, row: _Row, name: str, cap: int) -> _Items:
+    def _position_items(self, row: _Row, name: str, cap: int, context: float | None) -> _Items:
         count = max(0, min(cap, row.largest.get(name, 16) + 2))
         probs = row.estimates[name].probs(count)
         size = 1 + int(round(row.node_extras[name]))
-        return _Items(probs, [size] * count, int(round(row.root_extras[name])), member=name)
+        return _Items(probs, [size] * count, int(round(row.root_extras[name])), member=name, context=context)
 
     # -- before drafting -------------------------------------------------------------------------
     def _cheap_drafters(self) -> set[str]:
@@ -274,11 +286,13 @@ class GoodputController:
         `probe_share` of the time (PPD's probe takes two steps: its prompt slots, then its tree)."""
         items, _, _, best_one = option
         table, packed = self.table, self.packed
-        plain = table.verify(1, 1, packed) + self._overhead()
+        context = items.context
+        plain = table.verify(1, 1, packed, context) + self._overhead()
         inputs = 1 + items.base + sum(items.sizes[:best_one])
-        seconds = table.draft(items.member, best_one, best_one) + table.verify(1, inputs, packed) + self._overhead()
+        seconds = (table.draft(items.member, best_one, best_one) + table.verify(1, inputs, packed, context)
+                   + self._overhead())
         if items.base:
-            seconds += table.verify(1, 1 + items.base, packed) - table.verify(1, 1, packed)
+            seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
         loss = seconds - (1.0 + sum(items.probs[:best_one])) * plain
         share = self.options.probe_share / len(self.order)
         return max(0.0, loss) / (share * plain)
@@ -288,11 +302,14 @@ class GoodputController:
         return min(cap, max(16, row.largest.get(name, 0) + 2))
 
     def plan(self, row_ids: Sequence[int], max_depth: Sequence[int], max_nodes: int,
-             waiting: bool = True) -> Plan:
+             waiting: bool = True, contexts: Sequence[float] | None = None) -> Plan:
         """Per row: the drafter (or none) and how many nodes it may draft, from the estimates by position.
-        `remaining`: tokens each row may still commit; `waiting`: prompts wait to take finished rows' places
-        (tokens are then weighted alike; otherwise see `row_weights`; live batches only)."""
+        `max_depth`: tokens each row may still commit; `waiting`: prompts wait to take finished rows' places
+        (tokens are then weighted alike; otherwise see `row_weights`; live batches only); `contexts`:
+        tokens in each row's cache (a row's own length, so frozen decisions still depend on its history
+        alone)."""
         self._current_ids = list(row_ids)
+        row_contexts: list[float | None] = list(contexts) if contexts is not None else [None] * len(row_ids)
         choice: list[str | None] = []
         budgets: list[int] = []
         forced: list[int] = []
@@ -304,7 +321,7 @@ class GoodputController:
         cap_all = min(self.options.max_budget, max_nodes)
         margin = 1.0 - self.options.switch_margin
         cheap_names = self._cheap_drafters()
-        for row_id, depth in zip(row_ids, max_depth):
+        for row_id, depth, context in zip(row_ids, max_depth, row_contexts):
             row = self._row(row_id)
             cap = max(0, min(cap_all, int(depth)))
             pending, row.pending = row.pending, None
@@ -312,6 +329,20 @@ class GoodputController:
             look_budget.append(0)
             rate.append(0.0)
             cheap = [n for n in self.order if n in cheap_names and row.root_extras[n] == 0 and cap > 0]
+            resting = [n for n in cheap if row.rest.get(n, 0) > 0]
+            for name in resting:
+                row.rest[name] -= 1
+            if resting and len(resting) == len(self.order):
+                # A look is not free (drafting, checking and cutting cost ~2% of a plain step on this CPU):
+                # after FRUITLESS_LOOKS looks that verified nothing the row rests from its free drafter.
+                choice.append(None)
+                budgets.append(0)
+                forced.append(0)
+                free.append(False)
+                items_per_row.append(None)
+                self._reason("free drafter resting after fruitless looks")
+                continue
+            cheap = [n for n in cheap if n not in resting]
             if (len(self.order) == 1 and cheap and pending is None
                     and row.since[cheap[0]] < row.interval[cheap[0]]):
                 # The common case, priced in a few microseconds: a lone free drafter, no probe due.
@@ -324,7 +355,7 @@ class GoodputController:
                 continue
             options: dict[str, tuple[_Items, int, float, int]] = {}
             for name in self.order if cap else ():
-                items = self._position_items(row, name, cap)
+                items = self._position_items(row, name, cap, context)
                 rates = self._prefix_rates(items)
                 keep = max(range(len(rates)), key=rates.__getitem__)
                 best_one = max(range(1, len(rates)), key=rates.__getitem__) if len(rates) > 1 else 0
@@ -353,6 +384,8 @@ class GoodputController:
                 probe = None
             if probe is not None:
                 items, _, _, best_one = options[probe]
+                if probe in cheap:  # a free drafter's probe only needs its first node verified
+                    best_one = min(best_one, 1)
                 items.forced = best_one
                 choice.append(probe)
                 budgets.append(self._free_budget(row, probe, cap) if probe in cheap else best_one)
@@ -382,7 +415,7 @@ class GoodputController:
                    else [1.0] * len(row_ids))
         if self.live and len(row_ids) > 1 and not all(free):
             # The batch as a whole: one verification forward for every row, priced together.
-            rows = [it or _Items([], [], 0) for it in items_per_row]
+            rows = [it or _Items([], [], 0, context=c) for it, c in zip(items_per_row, row_contexts)]
             for items, weight in zip(rows, weights):
                 items.weight = weight
             joint = self._solve(rows, len(row_ids), None)
@@ -394,7 +427,7 @@ class GoodputController:
                     choice[b] = None
                     self._reason("batch: other rows' nodes pay better")
         return Plan(choice, budgets, [f > 0 for f in forced], forced, free, look, look_budget, rate,
-                    frozenset(cheap_names), weights)
+                    frozenset(cheap_names), weights, [c for c in row_contexts if c is not None])
 
     def _reason(self, why: str) -> None:
         reasons = self.counts["plain_reasons"]
@@ -406,6 +439,10 @@ class GoodputController:
         """The draft to verify: each row's best prefix (deterministic drafts) or its budget (stochastic).
         `scoring`: which drafters' rows carry scores (with drafter="auto" some rows may not)."""
         batch, width = draft.batch_size, draft.width
+        if width == 0 and draft.extra is None:  # nothing proposed (the common case): nothing to cut
+            engaged = [name is not None and budget > 0 for name, budget in zip(plan.choice, plan.budget)]
+            return draft, Cut([[] for _ in range(batch)], [None] * batch, [0] * batch, [0] * batch,
+                              [0.0] * batch, engaged, [1.0] * batch)
         counts = draft.num_nodes.tolist()
         parents = draft.parents.tolist() if width else [[] for _ in range(batch)]
         scores_all = draft.scores.tolist() if draft.scores is not None and width else None
@@ -447,7 +484,8 @@ class GoodputController:
             if member.stochastic:
                 probs = probs[:forced]
             weight = plan.weights[b] if plan.weights else 1.0
-            items_rows.append(_Items(probs, [1 + per_node[i] for i in order], root, forced, name, weight))
+            items_rows.append(_Items(probs, [1 + per_node[i] for i in order], root, forced, name, weight,
+                                     plan.contexts[b] if plan.contexts else None))
         if not any(items.probs for items in items_rows):
             kept = [0] * batch  # nothing proposed: a plain step (or a drafter's first, slots-only step)
         elif self._frozen_rows(batch):
@@ -535,7 +573,8 @@ class GoodputController:
             scores = draft.scores[b].tolist() if draft.scores is not None else None
             _, _, probs = self._rank(b, look, n, parents, scores, scores is not None)
             sizes = [1] * n
-            rates = self._prefix_rates(_Items(probs, sizes, 0, member=None))
+            rates = self._prefix_rates(_Items(probs, sizes, 0, member=None,
+                                              context=plan.contexts[b] if plan.contexts else None))
             if max(rates) > plan.rate[b]:  # the free draft wins: no costly draft for this row
                 plan.choice[b], plan.budget[b], plan.free[b] = look, plan.look_budget[b], True
                 rows[b] = draft
@@ -579,6 +618,8 @@ class GoodputController:
             if name is not None and plan.budget[b] > 0:
                 proposed, drafted_nothing = cut.proposed[b], not cut.order[b]
                 row.discarded[name] = row.discarded.get(name, 0) + 1 if proposed and drafted_nothing else 0
+                if name in plan.cheap:
+                    self._count_look(row, name, fruitful=not drafted_nothing)
             if name is None or not cut.order[b]:
                 self.counts["plain_row_steps"] += 1
                 if name is not None and cut.proposed[b] == 0:
@@ -616,11 +657,27 @@ class GoodputController:
             model = self.model_costs
             batch = len(self._current_ids)
             if timings.get("verify") is not None:
-                model.observe_verify(batch, cut.inputs, self.packed, timings["verify"])
+                context = sum(plan.contexts) / len(plan.contexts) if plan.contexts else None
+                model.observe_verify(batch, cut.inputs, self.packed, timings["verify"], context)
             for name, (levels, nodes, seconds) in timings.get("draft_by_member", {}).items():
                 model.observe_draft(name, levels, nodes, seconds)
             if timings.get("other") is not None:
                 model.observe_overhead(timings["other"])
+
+    def _count_look(self, row: _Row, name: str, fruitful: bool) -> None:
+        """A free drafter's look verified something (its rests start short again) or nothing (after
+        FRUITLESS_LOOKS such looks in a row the row rests from it, each rest twice the last, up to
+        MAX_REST steps)."""
+        if fruitful:
+            row.fruitless[name] = 0
+            row.rest_wait[name] = FIRST_REST
+            return
+        row.fruitless[name] = row.fruitless.get(name, 0) + 1
+        if row.fruitless[name] >= FRUITLESS_LOOKS:
+            wait = row.rest_wait.get(name, FIRST_REST)
+            row.rest[name] = wait
+            row.rest_wait[name] = min(MAX_REST, 2 * wait)
+            row.fruitless[name] = 0
 
     def finish(self) -> None:
         """Live calls leave their pooled estimates as the next call's priors."""

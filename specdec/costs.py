@@ -40,6 +40,12 @@ import torch
 
 #: Inputs beyond one per row at which the verification forward is timed (then interpolated).
 EXTRA_GRID = (0, 1, 2, 3, 4, 8, 16, 32, 64, 128, 256)
+#: The two cached-prefix lengths per row the verification forward is timed behind (costs in between are
+#: interpolated, beyond extrapolated up to twice as far); the long one within the model's positions and
+#: at most LONG_TOKENS over the batch, so measuring a batch-16 bucket prefills 4096 tokens, not 8192.
+SHORT_CONTEXT = 32
+LONG_CONTEXT = 512
+LONG_TOKENS = 4096
 #: Drift beyond this factor (observed / measured, smoothed) at the end of a call re-measures the curves
 #: at the next one; smaller drifts are absorbed by the smoothed scale and per-width corrections.
 REMEASURE_DRIFT = 2.0
@@ -74,23 +80,39 @@ def device_key(device: torch.device | str) -> str:
 
 @dataclass(frozen=True)
 class VerifyCurve:
-    """Seconds of one verification forward at `batch` rows, by inputs beyond one per row."""
+    """Seconds of one verification forward at `batch` rows, by inputs beyond one per row, measured
+    behind a cached prefix of `context` tokens per row and, when `long_seconds` is given, again behind
+    `long_context` tokens: the inputs attend over the whole cache, so a draft's extra inputs cost more
+    behind a 1000-token document than behind a 40-token question (on this CPU 8 extra inputs cost
+    1.6x a plain step at 40 tokens, 1.8x at 1000)."""
 
     batch: int
     extras: tuple[int, ...]
     seconds: tuple[float, ...]
+    context: int = 0
+    long_context: int = 0
+    long_seconds: tuple[float, ...] = ()
 
-    def at(self, extra: float) -> float:
-        """Piecewise linear; past the last point, the last segment's slope (never below flat)."""
-        xs, ys = self.extras, self.seconds
-        if extra <= xs[0]:
-            return ys[0]
-        index = bisect_right(xs, extra) - 1
-        if index >= len(xs) - 1:
-            slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])) if len(xs) > 1 else 0.0
-            return ys[-1] + slope * (extra - xs[-1])
-        x0, x1, y0, y1 = xs[index], xs[index + 1], ys[index], ys[index + 1]
-        return y0 + (y1 - y0) * (extra - x0) / (x1 - x0)
+    def at(self, extra: float, context: float | None = None) -> float:
+        """Interpolated in the inputs (see `_along`) and, given a context, linearly in the context
+        between the two measured ones (extrapolated up to twice the long one's distance)."""
+        short = _along(self.extras, self.seconds, extra)
+        if context is None or not self.long_seconds or self.long_context <= self.context:
+            return short
+        share = min(2.0, max(0.0, (context - self.context) / (self.long_context - self.context)))
+        return short + share * (_along(self.extras, self.long_seconds, extra) - short)
+
+
+def _along(xs: tuple[int, ...], ys: tuple[float, ...], extra: float) -> float:
+    """Piecewise linear; past the last point, the last segment's slope (never below flat)."""
+    if extra <= xs[0]:
+        return ys[0]
+    index = bisect_right(xs, extra) - 1
+    if index >= len(xs) - 1:
+        slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])) if len(xs) > 1 else 0.0
+        return ys[-1] + slope * (extra - xs[-1])
+    x0, x1, y0, y1 = xs[index], xs[index + 1], ys[index], ys[index + 1]
+    return y0 + (y1 - y0) * (extra - x0) / (x1 - x0)
 
 
 class LinearFit:
@@ -132,9 +154,10 @@ class CostTable:
     overhead_samples: int = 0
     acceptance: dict[str, Any] = field(default_factory=dict)  # pooled acceptance per drafter (priors)
 
-    def verify(self, batch: int, inputs: float, packed: bool = True) -> float:
-        """Seconds of a verification forward of `inputs` inputs over `batch` rows (interpolated in batch
-        between the measured power-of-two buckets). One row is one computation whatever the batch mode."""
+    def verify(self, batch: int, inputs: float, packed: bool = True, context: float | None = None) -> float:
+        """Seconds of a verification forward of `inputs` inputs over `batch` rows whose caches hold
+        `context` tokens on average (None: the short measured context), interpolated in batch between
+        the measured power-of-two buckets. One row is one computation whatever the batch mode."""
         packed = packed or batch <= 1
         low, high = _buckets(batch)
         extra = max(0.0, inputs - batch)
@@ -142,12 +165,12 @@ class CostTable:
         low_curve, high_curve = self.curves.get((packed, low)), self.curves.get((packed, high))
         if low_curve is None or high_curve is None:
             curve = low_curve or high_curve or next(iter(self.curves.values()), None)
-            return 0.0 if curve is None else scale * curve.at(extra) * self._correction(packed, curve, extra)
-        low_seconds = low_curve.at(extra) * self._correction(packed, low_curve, extra)
+            return 0.0 if curve is None else scale * curve.at(extra, context) * self._correction(packed, curve, extra)
+        low_seconds = low_curve.at(extra, context) * self._correction(packed, low_curve, extra)
         if low == high:
             return scale * low_seconds
         share = (batch - low) / (high - low)
-        high_seconds = high_curve.at(extra) * self._correction(packed, high_curve, extra)
+        high_seconds = high_curve.at(extra, context) * self._correction(packed, high_curve, extra)
         return scale * ((1 - share) * low_seconds + share * high_seconds)
 
     def _correction(self, packed: bool, curve: VerifyCurve, extra: float) -> float:
@@ -206,9 +229,10 @@ class CostModel:
     def ensure(self, model: Any, batches: Iterable[int], packed: bool, padded: bool, context: int,
                max_positions: int | None = None) -> float:
         """Measure the verification curve for every bucket around `batches` that is missing (or stale);
-        returns the seconds spent. The model and its config are only run, never changed. Every measured
-        forward fits `max_positions` (the model's context): widths that cannot are not measured (and
-        could not be verified either), the measured prefix shrinks to leave room for the rest."""
+        returns the seconds spent. The model and its config are only run, never changed. `context`: the
+        longer cached prefix to time behind (besides SHORT_CONTEXT). Every measured forward fits
+        `max_positions` (the model's context): widths that cannot are not measured (and could not be
+        verified either), the measured prefix shrinks to leave room for the rest."""
         wanted = sorted({bucket for b in batches for bucket in _buckets(b)})
         if packed in self.stale:
             self.stale.discard(packed)
@@ -222,27 +246,35 @@ class CostModel:
         started = time.perf_counter()
         for bucket in missing:
             grid = tuple(e for e in EXTRA_GRID if e <= max(64, 16 * bucket))
-            prefix = context
+            longest = min(context, max(2 * SHORT_CONTEXT, LONG_TOKENS // bucket))  # prefill costs B x context
             if max_positions is not None:  # a prefix of at least one token, the widest row, and a spare slot
                 grid = tuple(e for e in grid if 1 + _widest(e, bucket) + 1 <= max_positions) or (0,)
-                prefix = max(1, min(context, max_positions - _widest(max(grid), bucket) - 1))
+                longest = max(1, min(context, max_positions - _widest(max(grid), bucket) - 1))
+            short = min(SHORT_CONTEXT, longest)
             alone = bucket == 1  # one row: the same forward in every batch mode, measured (and keyed) once
-            seconds = measure_verify(model, bucket, grid, None if alone else packed, padded and not alone, prefix,
-                                     self.rounds, clock=cost_clock(model.get_input_embeddings().weight.device))
-            self.live.curves[(packed or alone, bucket)] = VerifyCurve(bucket, grid, tuple(seconds))
+            clock = cost_clock(model.get_input_embeddings().weight.device)
+            seconds = measure_verify(model, bucket, grid, None if alone else packed, padded and not alone, short,
+                                     self.rounds, clock=clock)
+            long_seconds: tuple[float, ...] = ()
+            if longest >= 2 * short:  # the cost of attending over a long cache, measured too
+                long_seconds = tuple(measure_verify(model, bucket, grid, None if alone else packed,
+                                                    padded and not alone, longest, self.rounds, clock=clock))
+            self.live.curves[(packed or alone, bucket)] = VerifyCurve(bucket, grid, tuple(seconds), short,
+                                                                      longest, long_seconds)
         self.live.scale.setdefault(packed, 1.0)
         spent = time.perf_counter() - started
         self.measure_seconds += spent
         return spent
 
     # -- learning from real steps --------------------------------------------------------------
-    def observe_verify(self, batch: int, inputs: int, packed: bool, seconds: float) -> None:
+    def observe_verify(self, batch: int, inputs: int, packed: bool, seconds: float,
+                       context: float | None = None) -> None:
         """Smooth the ratio of a real forward's time to the curve (geometric, so one outlier moves
         little) into the scale, and what the scale leaves into the correction of the nearest width."""
         table = self.live
         packed = packed or batch <= 1
         scale = table.scale.get(packed, 1.0)
-        predicted = table.verify(batch, inputs, packed)
+        predicted = table.verify(batch, inputs, packed, context)
         if predicted <= 0 or seconds <= 0:
             return
         # Bounded steps: on a shared machine one forward can take twice its time for reasons of its own.
@@ -253,7 +285,7 @@ class CostModel:
         if curve is not None:
             key = (packed, low, nearest(curve.extras, max(0.0, inputs - batch)))
             old = table.corrections.get(key, 1.0)
-            table.corrections[key] = min(4.0, max(0.25, math.exp(math.log(old) + 0.1 * math.log(ratio))))
+            table.corrections[key] = min(4.0, max(0.25, math.exp(math.log(old) + 0.25 * math.log(ratio))))
 
     def end_call(self) -> None:
         """A drift the scale had to absorb for a whole call means the curves are out of date."""

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .controller import ControllerOptions, GoodputController, Member, Plan
-from .costs import CostModel, cost_clock, cost_model_for
+from .costs import LONG_CONTEXT, CostModel, cost_clock, cost_model_for
 from .draft import Draft, ExtraSlots, Verdict
 from .errors import DrafterError, VerifierError
 from .plugins import DecodeState, Drafter, GenerationContext, Verifier
@@ -234,7 +234,6 @@ class SpeculativeEngine:
         drafters = dict(members_of) if isinstance(members_of, dict) else {self.drafter.name: self.drafter}
         members = [Member(name, bool(d.provides_q) and not sampling.greedy) for name, d in drafters.items()]
         model_costs = self.config.cost_model or cost_model_for(self.model, self.device)
-        self._measure_context = max(16, min(1024, sum(len(prompts[r]) for r in rows) // max(len(rows), 1)))
         self._measured: set[int] = set()
         table = model_costs.table() if live else None
         if not live:
@@ -244,7 +243,7 @@ class SpeculativeEngine:
                                  cost_clock(self.device))
 
     def _ensure(self, model_costs: CostModel, target: TargetRunner, batch: int) -> float:
-        return model_costs.ensure(self.model, [batch], target.packed_inputs, target.padded, self._measure_context,
+        return model_costs.ensure(self.model, [batch], target.packed_inputs, target.padded, LONG_CONTEXT,
                                   self.context)
 
     def _measure(self, controller: GoodputController, target: TargetRunner, batch: int,
@@ -301,7 +300,8 @@ class SpeculativeEngine:
         batch = state.batch_size
         plan: Plan | None = None
         if controller is not None:
-            plan = controller.plan(state.row_ids, state.max_depth.tolist(), self.config.max_draft_nodes, waiting)
+            plan = controller.plan(state.row_ids, state.max_depth.tolist(), self.config.max_draft_nodes, waiting,
+                                   target.lengths.tolist())
             state.draft_budget = torch.tensor(plan.budget, dtype=torch.long)
             state.draft_choice = list(plan.choice)
         c_plan = clock() if clock else 0.0
