@@ -55,6 +55,8 @@ from .validation import keep_nodes
 POOLED_DECAY = 0.98
 #: A drafter whose one-node draft costs at most this share of a plain step proposes all it can every step.
 CHEAP_DRAFT = 0.1
+#: Most steps a row priced as plain stays plain before it is priced again.
+QUIET_STEPS = 8
 #: Looks of a free drafter in a row that verified nothing before the row rests from it, and its rests.
 FRUITLESS_LOOKS = 4
 FIRST_REST = 4
@@ -67,7 +69,7 @@ class ControllerOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     probe_after: int = Field(4, ge=1, le=1024, description="steps without a drafter before a row tries it again")
-    probe_share: float = Field(0.03, gt=0.0, le=1.0, description="most of a row's time spent probing drafters "
+    probe_share: float = Field(0.01, gt=0.0, le=1.0, description="most of a row's time spent probing drafters "
                                "that do not pay (shared among them): a probe's expected loss sets its least wait")
     max_probe_interval: int = Field(64, ge=1, le=4096, description="longest wait between probes (the wait "
                                     "doubles after each probe that did not pay)")
@@ -147,6 +149,7 @@ class _Row:
     rest_wait: dict[str, int] = field(default_factory=dict)  # its next rest (doubles while looks stay fruitless)
     largest: dict[str, int] = field(default_factory=dict)  # most nodes the drafter proposed here so far
     pace: float = 1.0  # recent tokens committed per step (static batches weigh rows by steps left)
+    quiet: int = 0  # steps left in which the row decodes plainly without being priced again
 
 
 class GoodputController:
@@ -168,6 +171,8 @@ class GoodputController:
                                        "drafted_row_steps": {name: 0 for name in self.order},
                                        "plain_reasons": {}, "expected_tokens": 0.0, "verified_nodes": 0}
         self.trace: list[dict[str, Any]] = []
+        # Per drafter, the extra slots its proposals carried (at the root, per node), for new rows.
+        self.pooled_extras: dict[str, tuple[float, float]] = dict(table.extras)
         self._current_ids: list[int] = []
         pooled = table.acceptance
         self.pooled: dict[str, RowAcceptance] = {}
@@ -185,8 +190,9 @@ class GoodputController:
                 row.estimates[name] = self.pooled[name].fork(PRIOR_WEIGHT, DECAY)
                 row.since[name] = 0
                 row.interval[name] = self.options.probe_after
-                row.root_extras[name] = 0.0
-                row.node_extras[name] = 0.0
+                # What the drafter's extra slots (PPD's prompts) cost, as seen on earlier rows: a new
+                # row that thought them free would start every request with a slots step that loses.
+                row.root_extras[name], row.node_extras[name] = self.pooled_extras.get(name, (0.0, 0.0))
             self.rows[row_id] = row
         return row
 
@@ -343,6 +349,17 @@ class GoodputController:
                 self._reason("free drafter resting after fruitless looks")
                 continue
             cheap = [n for n in cheap if n not in resting]
+            if row.quiet > 0 and not cheap and pending is None:
+                # Priced as plain a moment ago and nothing of the row's has changed since (its estimates
+                # move only with its own verdicts): no need to price every option again every step.
+                row.quiet -= 1
+                choice.append(None)
+                budgets.append(0)
+                forced.append(0)
+                free.append(False)
+                items_per_row.append(None)
+                self._reason("expected rate below plain decoding")
+                continue
             if (len(self.order) == 1 and cheap and pending is None
                     and row.since[cheap[0]] < row.interval[cheap[0]]):
                 # The common case, priced in a few microseconds: a lone free drafter, no probe due.
@@ -396,6 +413,9 @@ class GoodputController:
             if pick is None and cheap:  # nothing promises to pay, but a free look costs nothing
                 pick = cheap[0]
             if pick is None:
+                if options:  # stay plain until the first probe may be due (at most QUIET_STEPS)
+                    due = min(max(row.interval[n], self._probe_wait(options[n])) - row.since[n] for n in options)
+                    row.quiet = max(0, min(QUIET_STEPS, int(due) - 1))
                 choice.append(None)
                 budgets.append(0)
                 forced.append(0)
@@ -629,6 +649,8 @@ class GoodputController:
                     self._reason("draft cut to nothing (expected rate below plain decoding)")
                 if name is not None and cut.root_extras[b]:
                     row.root_extras[name] = float(cut.root_extras[b])
+                    if self.live:
+                        self.pooled_extras[name] = (row.root_extras[name], row.node_extras[name])
                     if cut.proposed[b] == 0 and cut.engaged[b]:
                         row.pending = name  # its slots predicted the next step's draft: try that draft
                 continue
@@ -646,6 +668,8 @@ class GoodputController:
                 row.interval[name] = self.options.probe_after
             row.root_extras[name] = float(cut.root_extras[b])
             row.node_extras[name] = 0.7 * row.node_extras[name] + 0.3 * cut.node_extras[b]
+            if self.live:  # frozen rows learn from their own history only
+                self.pooled_extras[name] = (row.root_extras[name], row.node_extras[name])
         if self.options.trace:
             self.trace.append({"rows": list(self._current_ids), "choice": list(plan.choice),
                                "budget": list(plan.budget), "probe": list(plan.probe),
@@ -684,6 +708,7 @@ class GoodputController:
         if self.live:
             for name, pooled in self.pooled.items():
                 self.model_costs.live.acceptance[name] = pooled
+            self.model_costs.live.extras.update(self.pooled_extras)
             self.model_costs.end_call()
 
     def stats(self) -> dict[str, Any]:

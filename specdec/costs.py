@@ -153,6 +153,7 @@ class CostTable:
     overhead: float = 0.0  # engine seconds per step outside draft and verify
     overhead_samples: int = 0
     acceptance: dict[str, Any] = field(default_factory=dict)  # pooled acceptance per drafter (priors)
+    extras: dict[str, tuple[float, float]] = field(default_factory=dict)  # extra slots (root, per node) per drafter
 
     def verify(self, batch: int, inputs: float, packed: bool = True, context: float | None = None) -> float:
         """Seconds of a verification forward of `inputs` inputs over `batch` rows whose caches hold

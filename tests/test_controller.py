@@ -126,7 +126,7 @@ def test_a_drafters_own_cost_shortens_its_drafts():
 
 
 def test_plain_rows_probe_again_with_growing_waits():
-    ctl = controller(synthetic(), probe_after=2, max_probe_interval=8)
+    ctl = controller(synthetic(), probe_after=2, max_probe_interval=8, probe_share=0.03)  # waits set by the interval
     probes = []
     for index in range(40):
         plan, _ = step(ctl, [0], [[1, 2, 3]], [0])
