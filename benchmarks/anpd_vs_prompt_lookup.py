@@ -31,11 +31,9 @@ from specdec.drafters.anpd import AnpdOptions
 
 import specdec
 from specdec.api import load_model
+from specdec.data import data_file
 from specdec.target import context_length
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-SPEC_BENCH = DATA / "spec_bench" / "question.jsonl"
-HUMANEVAL = DATA / "humaneval" / "HumanEval.jsonl.gz"
 METHODS = ("greedy", "prompt_lookup", "anpd_chain", "anpd_tree")
 
 
@@ -215,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree-branches", type=int, default=2)
     parser.add_argument("--tree-max-nodes", type=int, default=None)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadier on a shared CPU)")
-    parser.add_argument("--spec-bench", type=Path, default=SPEC_BENCH)
-    parser.add_argument("--humaneval", type=Path, default=HUMANEVAL)
+    parser.add_argument("--spec-bench", type=Path, help="Spec-Bench question.jsonl (default: the copy shipped "
+                        "with specdec)")
+    parser.add_argument("--humaneval", type=Path, help="HumanEval.jsonl.gz (default: the copy shipped with specdec)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "anpd")
     parser.add_argument("--tag", default="", help="suffix of the result file names")
     parser.add_argument("--profile", action="store_true", help="append a cProfile of one anpd run per category")
@@ -232,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     chain = AnpdOptions(n=args.n, k=args.k)
     tree = AnpdOptions(n=args.n, k=args.k, branches=args.tree_branches, max_nodes=args.tree_max_nodes)
     categories = [c.strip() for c in args.categories.split(",") if c.strip()]
-    texts = load_prompts(categories, args.prompts_per_category, args.spec_bench, args.humaneval)
+    texts = load_prompts(categories, args.prompts_per_category, args.spec_bench or data_file("spec_bench"),
+                         args.humaneval or data_file("humaneval"))
     machine = machine_info(args.threads)
 
     def run(method: str, ids: list[int]) -> Run:

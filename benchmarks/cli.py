@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--warmup", type=int)
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--threads", type=int,
+                        help="torch threads (per Ray worker with --ray); presets use 1 with the bundled model")
     parser.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                         help="spread cells over Ray workers: a local cluster, or ADDRESS (e.g. auto, ray://host:10001)")
     parser.add_argument("--ray-workers", type=int, help="number of Ray workers (default: the cluster's CPUs)")
@@ -116,7 +118,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
                                  for d in datasets]
     for flag, key in (("verifier", "verifiers"), ("baseline", "baselines"), ("max_new_tokens", "max_new_tokens"),
                       ("temperature", "temperature"), ("batch_size", "batch_sizes"), ("repeats", "repeats"),
-                      ("warmup", "warmup"), ("seed", "seed")):
+                      ("warmup", "warmup"), ("seed", "seed"), ("threads", "threads")):
         value = getattr(args, flag)
         if value is not None:
             overrides[key] = value
@@ -136,12 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.ray is not None:
             from .ray_backend import RayBackend
 
-            backend = RayBackend(None if args.ray == "local" else args.ray, num_workers=args.ray_workers)
+            backend = RayBackend(None if args.ray == "local" else args.ray, num_workers=args.ray_workers,
+                                 threads_per_worker=config.threads or 1)
         started = time.perf_counter()
         cells, records = run_sweep(config, args.out, backend=backend, show_progress=not args.no_progress,
                                    fresh=args.fresh)
         elapsed = time.perf_counter() - started
     except (SpecDecError, ValueError, FileNotFoundError) as error:
+        sys.stdout.flush()  # the error is the last line even when stdout and stderr share a pipe
         print(f"specdec bench: error: {error}", file=sys.stderr)
         return 2
     finally:
@@ -161,6 +165,18 @@ def main(argv: list[str] | None = None) -> int:
               f"{'-' if speedup is None else f'{speedup:.2f}x':>6}  tau {'-' if tau is None else f'{tau:.2f}':>5}  "
               f"greedy check: {cell['equality']['status']}")
     print(f"wrote {args.out / 'results.md'}, results.json and {len(result['plots'])} plots in {elapsed:.0f} s")
+    return _verdict(failures, len(result["summary"]["cells"]), args.out / "results.md")
+
+
+def _verdict(failures: list[dict[str, Any]], cells: int, report: Path) -> int:
+    """The exit status, and a last line saying the same thing (a log's tail is what people read)."""
+    sys.stdout.flush()  # keep this order when stdout and stderr share a pipe
     for failure in failures:
         print(f"FAILURE: {failure['label']} (batch {failure['batch_size']}): {failure['kind']}", file=sys.stderr)
-    return 1 if failures else 0
+    if failures:
+        labels = {(f["label"], f["batch_size"]) for f in failures}
+        print(f"specdec bench: FAILED: {len(labels)} of {cells} cells failed or differ from the greedy baseline; "
+              f"see {report}", file=sys.stderr)
+        return 1
+    print(f"specdec bench: ok: {cells} cells ran and every lossless method matched the greedy baseline")
+    return 0

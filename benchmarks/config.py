@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specdec import registry
 from specdec.errors import PluginLoadError, SpecDecError
 
+from .datasets import dataset_file
 from .oracle import NAME as ORACLE
 from .oracle import register_oracle
 
@@ -72,7 +73,7 @@ class DrafterSpec(_Strict):
 
 class DatasetSpec(_Strict):
     kind: Literal["spec_bench", "humaneval", "gsm8k", "text"] = "spec_bench"
-    path: str | None = Field(None, description="None = the default file under ../shared/data/")
+    path: str | None = Field(None, description="None = the file shipped with specdec (specdec.data)")
     categories: list[str] | None = None
     per_category: int | None = Field(None, ge=1, description="first N prompts of each category")
 
@@ -94,6 +95,8 @@ class SweepConfig(_Strict):
     warmup: int = Field(1, ge=0, description="untimed generations on the first prompt of each cell")
     seed: int = 0
     prompt_lookup_num_tokens: int = Field(10, ge=1, description="transformers' prompt lookup baseline")
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads of a local run (None: torch's "
+                                "default, one per core); Ray workers use this many each (default 1)")
     note: str = ""
 
     @field_validator("models", mode="before")
@@ -164,7 +167,8 @@ def parse_config(data: Any, source: str = "config") -> SweepConfig:
 
 
 def check_plugins(config: SweepConfig) -> dict[str, str]:
-    """Resolve every plugin name and validate options, before any model work.
+    """Resolve every plugin name, validate options and check the model and prompt files exist, before any
+    model work.
 
     Unknown names and invalid options raise (listing the known names); a drafter that exists but fails
     to import is returned as {display label: error} so the sweep can report it as a failed cell.
@@ -179,6 +183,8 @@ def check_plugins(config: SweepConfig) -> dict[str, str]:
             registry.load_class("drafter", spec.name)  # raises with the known names and a close match
     for model in config.models:
         _check_model_files(model)
+    for dataset in config.datasets:
+        dataset_file(dataset.kind, dataset.path)  # a missing prompt file fails here, not in every cell
     for spec in config.drafters:
         try:
             cls = registry.load_class("drafter", spec.name)
@@ -226,13 +232,22 @@ def builtin_drafters() -> list[DrafterSpec]:
     return specs
 
 
+#: The bundled default model is small (17M parameters): its decoding is bound by memory traffic and per-op
+#: dispatch, not arithmetic, so a second intra-op thread gains little on an idle CPU (about 10% on this
+#: project's 2-core machine) and loses several-fold as soon as another process holds a core (OpenMP
+#: threads wait for a descheduled peer at every op). Every result this project publishes uses one.
+DEFAULT_MODEL_THREADS = 1
+
+
 def preset(name: str, model: str = "default") -> SweepConfig:
-    """`quick`: every built-in drafter, 2 prompts per Spec-Bench category, short answers (< 3 min on
-    2 CPU cores). `full`: all 480 Spec-Bench prompts with longer answers and three warm-ups."""
+    """`quick`: every built-in drafter, 2 prompts per Spec-Bench category, short answers (about 2 min on
+    2 CPU cores). `full`: all 480 Spec-Bench prompts with longer answers and three warm-ups. With the
+    bundled model both run on one torch thread (DEFAULT_MODEL_THREADS); other models keep torch's default."""
     register_oracle()
     oracles = [DrafterSpec(name=ORACLE, options={"draft_length": k}) for k in (2, 4, 8)]
     common: dict[str, Any] = dict(models=[{"path": model}], drafters=[*builtin_drafters(), *oracles],
-                                  verifiers=["exact"], baselines=list(BASELINES))
+                                  verifiers=["exact"], baselines=list(BASELINES),
+                                  threads=DEFAULT_MODEL_THREADS if model == "default" else None)
     if name == "quick":
         return SweepConfig(**common, datasets=[DatasetSpec(per_category=2)], max_new_tokens=64, warmup=1,
                            note="preset quick")

@@ -1,6 +1,7 @@
 """Benchmark prompt sets: Spec-Bench JSONL, HumanEval, GSM8K and plain text files of prompts.
 
-Every loader reads a local file (nothing is downloaded), checks each line and names the file and line
+Every loader reads a local file (nothing is downloaded; the default files ship inside the package, see
+`specdec.data`), checks each line and names the file and line
 of anything malformed, and returns `Sample`s grouped by category so the report can break results
 down the way Spec-Bench does. Prompt construction (chat template or plain concatenation, left
 truncation to fit the model's context) lives in `PromptBuilder`.
@@ -15,16 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specdec.data import DataFileMissing, data_file
 from specdec.errors import SpecDecError
 
 #: Spec-Bench folds MT-bench's eight categories into one subtask (its speed.py calls it mt_bench).
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
-DATA_ROOT_NAME = "shared/data"
-DEFAULT_FILES = {
-    "spec_bench": "spec_bench/question.jsonl",
-    "humaneval": "humaneval/HumanEval.jsonl.gz",
-    "gsm8k": "gsm8k/test.jsonl",
-}
+#: Dataset kinds whose prompt file ships with specdec (`specdec.data`); `text` always needs a path.
+DEFAULT_KINDS = ("spec_bench", "humaneval", "gsm8k")
 KINDS = ("spec_bench", "humaneval", "gsm8k", "text")
 
 
@@ -48,13 +46,13 @@ def repo_root() -> Path:
 
 
 def default_path(kind: str) -> Path:
-    """`../shared/data/...` relative to the repository root; an error if it is not there."""
-    if kind not in DEFAULT_FILES:
-        raise DatasetError(f"dataset kind {kind!r} has no default file; give a path")
-    path = repo_root().parent / DATA_ROOT_NAME / DEFAULT_FILES[kind]
-    if not path.is_file():
-        raise DatasetError(f"no default {kind} file at {path}; pass the path of your copy (specdec never downloads)")
-    return path
+    """The prompt file shipped inside the package for `kind`; an error naming it and the flag if missing."""
+    if kind not in DEFAULT_KINDS:
+        raise DatasetError(f"dataset kind {kind!r} has no default file; give a path (--dataset {kind}:PATH)")
+    try:
+        return data_file(kind)
+    except DataFileMissing as error:
+        raise DatasetError(f"{error} (or pass --dataset {kind}:PATH; specdec never downloads)") from None
 
 
 def _open_lines(path: Path) -> Iterable[tuple[int, str]]:
@@ -180,18 +178,29 @@ def select(
     return chosen
 
 
+def dataset_file(kind: str, path: str | Path | None = None) -> Path:
+    """The file a dataset entry reads: `path`, or the shipped default; an error naming it if missing."""
+    if kind not in LOADERS:
+        raise DatasetError(f"unknown dataset kind {kind!r}; known: {', '.join(KINDS)}")
+    if path is None:
+        if kind == "text":
+            raise DatasetError("a text dataset needs a path (one prompt per line): --dataset text:PATH")
+        return default_path(kind)
+    file = Path(path)
+    if not file.is_file():
+        raise DatasetError(f"dataset file {str(file)!r} does not exist (given as the path of the {kind} dataset: "
+                           f"--dataset {kind}:PATH or datasets[].path in a config)")
+    return file
+
+
 def load_dataset(
     kind: str,
     path: str | Path | None = None,
     categories: Sequence[str] | None = None,
     per_category: int | None = None,
 ) -> list[Sample]:
-    """Load and filter one dataset; `path=None` uses the default file under ../shared/data/."""
-    if kind not in LOADERS:
-        raise DatasetError(f"unknown dataset kind {kind!r}; known: {', '.join(KINDS)}")
-    if path is None and kind == "text":
-        raise DatasetError("a text dataset needs a path (one prompt per line)")
-    file = Path(path) if path is not None else default_path(kind)
+    """Load and filter one dataset; `path=None` uses the file shipped with specdec (`default_path`)."""
+    file = dataset_file(kind, path)
     samples = LOADERS[kind](file)
     if not samples:
         raise DatasetError(f"{file}: no prompts in the file")

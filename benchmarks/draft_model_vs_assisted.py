@@ -38,11 +38,11 @@ import torch
 from specdec.drafters.draft_model import DraftModelOptions
 
 import specdec
+from specdec.data import data_file
 
 from .machine import machine_info
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def load_prompts(spec_bench: Path, humaneval: Path, per_subtask: int, humaneval_count: int) -> list[dict]:
@@ -294,7 +294,7 @@ def tune_policies(args, target, draft, tokenizer, counter: ForwardCounter) -> di
     """Time every candidate policy on the held-out texts (interleaved repeats, minimum per text),
     and report tokens/s (wall and CPU) per text kind and overall."""
     limit = target.config.max_position_embeddings - args.max_new_tokens
-    texts = tune_texts(args.tune_file, args.tune_prompts, 600)
+    texts = tune_texts(args.tune_file or data_file("gsm8k_train"), args.tune_prompts, 600)
     specs = {"hf_greedy": {"kind": "hf", "assisted": None},
              "hf_assisted": {"kind": "hf", "assisted": {}}}
     policies = {name: options for name, options in TUNE_POLICIES.items() if not args.policies or name in args.policies}
@@ -361,8 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", type=Path, help="target model directory (default: the bundled pair)")
     parser.add_argument("--draft", type=Path, help="draft model directory (with --target)")
-    parser.add_argument("--spec-bench", type=Path, default=DATA / "spec_bench" / "question.jsonl")
-    parser.add_argument("--humaneval-file", type=Path, default=DATA / "humaneval" / "HumanEval.jsonl.gz")
+    parser.add_argument("--spec-bench", type=Path, help="Spec-Bench question.jsonl (default: shipped with specdec)")
+    parser.add_argument("--humaneval-file", type=Path, help="HumanEval.jsonl.gz (default: shipped with specdec)")
     parser.add_argument("--per-subtask", type=int, default=3, help="Spec-Bench prompts per subtask")
     parser.add_argument("--humaneval", type=int, default=4, help="HumanEval prompts")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats per prompt (minimum kept)")
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--branches", type=int, default=2, help="root children of specdec's tree drafts")
     parser.add_argument("--tune", action="store_true",
                         help="compare specdec draft-length policies on held-out text instead (see module doc)")
-    parser.add_argument("--tune-file", type=Path, default=DATA / "gsm8k" / "train.jsonl")
+    parser.add_argument("--tune-file", type=Path, help="GSM8K train.jsonl (default: shipped with specdec)")
     parser.add_argument("--tune-prompts", type=int, default=4, help="texts per kind (GSM8K train, stdlib code)")
     parser.add_argument("--policies", nargs="*", help="with --tune: subset of the candidate policies (names)")
     parser.add_argument("--methods", nargs="*", help="subset of methods to run (hf_greedy always runs)")
@@ -406,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     context = target.config.max_position_embeddings
-    prompts = load_prompts(args.spec_bench, args.humaneval_file, args.per_subtask, args.humaneval)
+    prompts = load_prompts(args.spec_bench or data_file("spec_bench"), args.humaneval_file or data_file("humaneval"),
+                           args.per_subtask, args.humaneval)
     args.planned = len(prompts)
     limit = context - args.max_new_tokens
     args.tree_k = args.tree_k or args.k

@@ -32,6 +32,8 @@ from specdec.benchmarks.machine import machine_info
 from specdec.drafters.layerskip.search import SearchSettings, default_calibration_texts, measure
 from specdec.drafters.layerskip.skipset import SkipSet, read_skip_file
 
+from specdec.data import data_file
+
 
 def hand_picked_sets(searched: SkipSet, layers: int, random_draws: int, seed: int) -> dict[str, SkipSet]:
     """First / middle / last / random sets with the searched set's attention and MLP counts."""
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     if args.write_calibration is not None:
-        write_calibration(args.write_calibration, 4, default_path("gsm8k").parent / "train.jsonl", 4)
+        write_calibration(args.write_calibration, 4, data_file("gsm8k_train"), 4)
         print(f"wrote {args.write_calibration}")
         return 0
 

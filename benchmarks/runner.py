@@ -79,6 +79,10 @@ def run_sweep(
         print(f"resuming: {resumed} of {len(cells)} cells already measured in {path} (--fresh measures them again)",
               file=sys.stderr)
     backend = backend if backend is not None else LocalBackend(show_progress)
+    if config.threads is not None and isinstance(backend, LocalBackend):
+        import torch
+
+        torch.set_num_threads(config.threads)  # for this process: the report records it with the machine
     bar = tqdm(total=len(cells), desc="cells", disable=not show_progress, unit="cell")
     bar.update(sum(store.done(c.cell_id) for c in cells))
 

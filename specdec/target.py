@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -44,6 +44,18 @@ class _Layout:
     # per row: (its packed queries, their indices among the row's [T] inputs or None for all, kv length Sb);
     # None: dense. The row's mask is cut from the layer's own mask (layer types differ in masks).
     rows: list[tuple[slice, torch.Tensor | None, int]] | None
+    # Per-row masks cut from each layer type's mask, cut once per forward (layers of one type share a mask).
+    row_masks: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+
+    def masks_of_rows(self, attention_mask: torch.Tensor) -> list[torch.Tensor]:
+        cut = self.row_masks.get(id(attention_mask))
+        if cut is None:
+            cut = []
+            for row, (_, inputs, kv_len) in enumerate(self.rows):
+                mask = attention_mask[row : row + 1, :, :, :kv_len]
+                cut.append(mask if inputs is None else mask[:, :, inputs])
+            self.row_masks[id(attention_mask)] = cut
+        return cut
 
 
 _ACTIVE = threading.local()  # the layout of the forward running on this thread
@@ -59,11 +71,9 @@ def _ragged_attention(module, query, key, value, attention_mask, **kwargs):
         gqa = key.shape[1] != query.shape[1]
         scale = kwargs.get("scaling")
         parts = []
-        for row, (queries, inputs, kv_len) in enumerate(layout.rows):
+        masks = layout.masks_of_rows(attention_mask)
+        for row, ((queries, _, kv_len), mask) in enumerate(zip(layout.rows, masks)):
             row_query = query[:, :, queries] if layout.flat is not None else query[row : row + 1]
-            mask = attention_mask[row : row + 1, :, :, :kv_len]
-            if inputs is not None:
-                mask = mask[:, :, inputs]
             parts.append(torch.nn.functional.scaled_dot_product_attention(
                 row_query, key[row : row + 1, :, :kv_len], value[row : row + 1, :, :kv_len], attn_mask=mask,
                 scale=scale, enable_gqa=gqa))

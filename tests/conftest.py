@@ -120,3 +120,14 @@ class RandomTreeDrafter(Drafter):
             parents = [int(torch.randint(-1, i, (1,), generator=self.rng)) if i else -1 for i in range(n)]
             rows.append((tokens, parents))
         return Draft.from_rows(rows)
+
+
+class ForwardCounter:
+    """Counts forwards of a model (a pre-hook): refusals that must come before any forward assert 0."""
+
+    def __init__(self, model) -> None:
+        self.calls = 0
+        model.register_forward_pre_hook(self)
+
+    def __call__(self, module, args) -> None:
+        self.calls += 1

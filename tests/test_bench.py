@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,11 +161,8 @@ def test_unknown_category_lists_known_ones(data_files):
     assert [s.sample_id for s in picked] == ["1"] and picked[0].category == "mt_bench"
 
 
-def test_shipped_spec_bench_file_when_present():
-    try:
-        samples = load_dataset("spec_bench", per_category=2)
-    except DatasetError:
-        pytest.skip("../shared/data is not beside this checkout")
+def test_shipped_spec_bench_file():
+    samples = load_dataset("spec_bench", per_category=2)
     categories = {s.category for s in samples}
     assert categories == {"mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag"}
     mt = [s for s in samples if s.category == "mt_bench"]
@@ -289,6 +289,26 @@ def test_config_from_yaml_json_and_flags(tmp_path):
     assert config.datasets[0].categories == ["mt_bench", "summarization", "rag"]
 
 
+def test_presets_run_the_bundled_model_on_one_thread_and_the_flag_overrides(tiny_dir, data_files, tmp_path):
+    from specdec.benchmarks.cli import build_parser, config_from_args
+    from specdec.benchmarks.config import preset
+
+    assert preset("quick").threads == preset("full").threads == 1
+    assert preset("quick", str(tiny_dir)).threads is None  # other models keep torch's default
+    quick = preset("quick")
+    assert (quick.max_new_tokens, quick.datasets[0].per_category, quick.warmup) == (64, 2, 1)
+    args = build_parser().parse_args(["--preset", "quick", "--threads", "2", "--out", str(tmp_path)])
+    assert config_from_args(args).threads == 2
+    before = torch.get_num_threads()
+    try:
+        config = _config(tiny_dir, {"kind": "text", "path": str(data_files["text"])}, ["none"], threads=2)
+        cells, records = run_sweep(config, tmp_path / "two", show_progress=False)
+        result = write_report(cells, records, config, tmp_path / "two", command="test")
+        assert result["machine"]["torch_threads"] == 2 and result["config"]["threads"] == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_per_sample_tau_is_per_row_at_batch_above_one(tiny_dir, data_files, tmp_path):
     """A batched cell reports each sample's own tau (its row's counts), equal to the same sample's
     tau at batch 1: drafts and outputs per row do not depend on the batch."""
@@ -341,3 +361,34 @@ def test_draft_vocab_benchmark_writes_a_table_of_equal_outputs(tmp_path):
     coverage = {cell["draft_vocab"]: cell["coverage"] for cell in cells}
     assert coverage[0] == 1.0 and coverage[4096] >= coverage[2048] >= coverage[1024] > 0
     assert (tmp_path / "table.md").read_text().count("| 2 |") == len(cells)
+
+
+def _bench_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`specdec bench` in a child process, stdout and stderr in one pipe as a CI log would hold them."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # pipes are block-buffered
+    return subprocess.run([sys.executable, "-m", "specdec.cli", "bench", *args, "--no-progress"], cwd=cwd, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+
+
+def test_bench_exit_status_and_last_line_say_when_a_cell_failed(tiny_dir, tmp_path):
+    broken = tmp_path / "broken.jsonl"  # exists, so the sweep starts; unreadable, so every cell fails
+    broken.write_text('{"question_id": 1, "category": "qa", "turns": ["who"]}\nnot json\n')
+    common = ["--model", str(tiny_dir), "--drafter", "none", "--baseline", "hf_generate", "--max-new-tokens", "4",
+              "--warmup", "0"]
+    run = _bench_cli([*common, "--dataset", f"spec_bench:{broken}", "--out", str(tmp_path / "failed")], tmp_path)
+    last = run.stdout.strip().splitlines()[-1]
+    assert run.returncode == 1, run.stdout
+    assert last.startswith("specdec bench: FAILED") and "2 of 2 cells" in last and "results.md" in last, run.stdout
+    assert f"{broken}:2: not valid JSON" in (tmp_path / "failed" / "results.md").read_text()
+
+    missing = tmp_path / "missing.jsonl"
+    run = _bench_cli([*common, "--dataset", f"spec_bench:{missing}", "--out", str(tmp_path / "missing")], tmp_path)
+    last = run.stdout.strip().splitlines()[-1]
+    assert run.returncode == 2 and last.startswith("specdec bench: error:"), run.stdout
+    assert str(missing) in last and "--dataset spec_bench:PATH" in last
+    assert not (tmp_path / "missing" / RESULTS_FILE).exists()  # failed before any model loaded
+
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"question_id": 1, "category": "qa", "turns": ["the quick brown fox"]}\n')
+    run = _bench_cli([*common, "--dataset", f"spec_bench:{good}", "--out", str(tmp_path / "ok")], tmp_path)
+    assert run.returncode == 0 and run.stdout.strip().splitlines()[-1].startswith("specdec bench: ok"), run.stdout

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import RandomTreeDrafter, hf_greedy
+from conftest import ForwardCounter, RandomTreeDrafter, hf_greedy
 from families import FAMILIES, VOCAB, random_prompt
 
 import specdec
@@ -82,14 +82,6 @@ def _assert_exact(name: str, model, draft) -> None:
                 f"{where} continuous"
 
 
-class _ForwardCounter:
-    def __init__(self, model) -> None:
-        self.calls = 0
-        model.register_forward_pre_hook(self)
-
-    def __call__(self, module, args) -> None:
-        self.calls += 1
-
 
 def _llama4_without_temperature_tuning():
     family = FAMILIES["llama4"]
@@ -109,7 +101,7 @@ VARIANTS = {
 @pytest.mark.parametrize("name", [name for name in VARIANTS if "tuning" not in name])
 def test_inexact_implementations_are_refused_without_a_forward(name: str) -> None:
     model = VARIANTS[name]()
-    counter = _ForwardCounter(model)
+    counter = ForwardCounter(model)
     with pytest.raises(UnsupportedModelError, match="attn_implementation=\"(eager|sdpa)\""):
         specdec.generate(model, PROMPTS[0], drafter="none", max_new_tokens=NEW_TOKENS)
     assert counter.calls == 0

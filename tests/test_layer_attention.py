@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import RandomTreeDrafter, hf_greedy
+from conftest import ForwardCounter, RandomTreeDrafter, hf_greedy
 from sampling_drafters import ContextLM, SampledChainDrafter, exact_joint, perturbed_copy
 from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
 from test_distribution import P_VALUE_THRESHOLD, chi_square_p_value
@@ -186,14 +186,6 @@ def test_rejection_sampling_keeps_the_distribution_past_the_window() -> None:
 
 
 # -- the support check ----------------------------------------------------------------------------------
-class _ForwardCounter:
-    def __init__(self, model) -> None:
-        self.calls = 0
-        model.register_forward_pre_hook(self)
-
-    def __call__(self, module, args) -> None:
-        self.calls += 1
-
 
 def _flash_llama():
     torch.manual_seed(0)
@@ -205,7 +197,7 @@ def _flash_llama():
 
 def test_flash_attention_is_refused_from_the_config_without_a_forward() -> None:
     model = _flash_llama()
-    counter = _ForwardCounter(model)
+    counter = ForwardCounter(model)
     with pytest.raises(UnsupportedModelError, match=r"flash_attention_2.*attn_implementation=\"sdpa\""):
         specdec.generate(model, [1, 2, 3], drafter="none", max_new_tokens=4)
     assert counter.calls == 0
@@ -215,7 +207,7 @@ def test_flash_attention_is_refused_from_the_config_without_a_forward() -> None:
                          ids=["gemma2", "gemma3-softcapped"])
 def test_sdpa_with_attention_soft_capping_is_refused_without_a_forward(build) -> None:
     model = build()
-    counter = _ForwardCounter(model)
+    counter = ForwardCounter(model)
     with pytest.raises(UnsupportedModelError, match=r"soft-capping.*attn_implementation=\"eager\""):
         specdec.generate(model, [1, 2, 3], drafter="none", max_new_tokens=4)
     assert counter.calls == 0
@@ -266,7 +258,7 @@ def test_the_probe_runs_past_the_window_and_names_what_failed() -> None:
 
 def test_out_of_vocabulary_prompt_ids_are_refused_before_any_forward() -> None:
     model = mistral()
-    counter = _ForwardCounter(model)
+    counter = ForwardCounter(model)
     with pytest.raises(ValueError, match=r"prompt row 1 holds token id 96 at position 2.*96 rows"):
         specdec.generate(model, [[1, 2, 3], [4, 5, 96]], drafter="none", max_new_tokens=4)
     with pytest.raises(ValueError, match=r"prompt row 0 holds token id -3 at position 0"):

@@ -422,3 +422,32 @@ def test_stdlib_data_keeps_the_zoos_heldout_modules_out_of_training() -> None:
     assert not set(heldout) & set(training)
     with pytest.raises(ValueError, match="evaluation set"):
         read_texts(["stdlib", "/somewhere/spec_bench/question.jsonl"])
+
+
+def test_ppd_draft_model_loads_its_draft_once_per_drafter(tmp_path, monkeypatch) -> None:
+    """setup runs on every generate call; a drafter kept across calls (as the benchmark and a server keep it)
+    must not load its draft model again inside each timed call."""
+    from specdec.drafters.ppd import draft_model as module
+
+    target = tiny_model("llama", seed=0)
+    tiny_model("llama", seed=1, layers=1).save_pretrained(tmp_path / "draft")
+    loads = []
+    real = module._resolve_draft
+    monkeypatch.setattr(module, "_resolve_draft", lambda spec: loads.append(spec) or real(spec))
+    drafter = PPDDraftModelDrafter(PPDDraftModelOptions(model=str(tmp_path / "draft"), random_init=True, k=3,
+                                                        tree_size=8))
+    for prompt in ([5, 6, 7], [9, 8]):
+        out = specdec.generate(target, prompt, drafter=drafter, verifier="exact", max_new_tokens=12)
+        assert out.sequences[0] == hf_greedy(target, prompt, 12)
+    assert loads == [str(tmp_path / "draft")]
+
+
+def test_ppd_draft_model_default_draft_loads_only_the_draft(monkeypatch) -> None:
+    from specdec.drafters.ppd.draft_model import _resolve_draft
+
+    import specdec.zoo
+
+    monkeypatch.setattr(specdec.zoo, "load_default", lambda: pytest.fail("loaded the default target too"))
+    draft = _resolve_draft("default")
+    assert draft is _resolve_draft("default") and draft.config.num_hidden_layers == 2
+    assert next(draft.parameters()).dtype == torch.float32 and not draft.training

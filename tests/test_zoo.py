@@ -156,3 +156,26 @@ def test_corpus_holds_out_its_evaluation_modules():
     assert not train.intersection(corpus.heldout_code) and not train.intersection(corpus.heldout_prose)
     assert man["gsm8k_file"].endswith("gsm8k/train.jsonl")
     assert build_corpus().manifest == man  # deterministic
+
+
+def test_corpus_reads_the_shipped_gsm8k_file_the_default_model_was_trained_on():
+    """The recipe's corpus hash stays valid: the GSM8K text ships in the package, byte for byte."""
+    from specdec.data import data_dir
+    from specdec.zoo.corpus import build_corpus
+
+    recipe = json.loads((zoo.default_model_dir() / "recipe.json").read_text())["manifest"]
+    man = build_corpus().manifest
+    assert man["gsm8k_file"] == recipe["gsm8k_file"] == "specdec/data/gsm8k/train.jsonl"
+    assert (data_dir() / "gsm8k" / "train.jsonl").is_file()
+    assert (man["gsm8k_lines"], man["gsm8k_bytes"]) == (recipe["gsm8k_lines"], recipe["gsm8k_bytes"])
+    same_stdlib = ("python", "stdlib_file_list_sha256", "stdlib_bytes")
+    if any(man[key] != recipe[key] for key in same_stdlib):
+        pytest.skip(f"this interpreter's stdlib differs from the recipe's (Python {recipe['python']})")
+    assert man["content_sha256"] == recipe["content_sha256"]
+
+
+def test_corpus_names_a_missing_gsm8k_file(tmp_path):
+    from specdec.zoo.corpus import build_corpus
+
+    with pytest.raises(FileNotFoundError, match="GSM8K train file .*nope.jsonl"):
+        build_corpus(gsm8k_path=tmp_path / "nope.jsonl")

@@ -10,17 +10,16 @@ Run: python docs/examples/typical_vs_rejection.py  (CPU, a few minutes)
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import torch
 from specdec.verifiers.rejection import RejectionVerifier
 from specdec.verifiers.typical import TypicalVerifier
 
 import specdec
+from specdec.data import data_file
 from specdec.draft import Draft
 from specdec.sampling import SamplingParams, process_logits, sample
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "test.jsonl"
 K, PROMPTS, COINS = 4, 40, 20
 
 
@@ -28,7 +27,8 @@ def main() -> None:
     torch.set_num_threads(1)
     pair = specdec.load_default()
     target, draft, tokenizer = pair.target, pair.draft, pair.tokenizer
-    questions = [json.loads(line)["question"] for line in DATA.open()][:PROMPTS]
+    with data_file("gsm8k").open(encoding="utf-8") as handle:  # GSM8K test, shipped with specdec
+        questions = [json.loads(line)["question"] for line in handle][:PROMPTS]
     prompts = [tokenizer(q)["input_ids"][-48:] for q in questions]
     for setting in (SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=0.9)):
         generator = torch.Generator().manual_seed(0)

@@ -48,10 +48,10 @@ class PPDDraftModelOptions(BaseModel):
 def _resolve_draft(spec: Any) -> torch.nn.Module:
     if isinstance(spec, torch.nn.Module):
         return spec
-    if spec == "default":
-        from specdec.zoo import load_default
+    if spec == "default":  # the bundled draft alone, loaded once per process (shared with `draft_model`)
+        from ..draft_model import _load_from_path
 
-        return load_default().draft
+        return _load_from_path("default")[0]
     from specdec.api import load_model
 
     return load_model(str(spec))[0]
@@ -77,10 +77,13 @@ class PPDDraftModelDrafter(Drafter):
         self._rows: dict[int, _Row] = {}
         self.draft_forwards = 0
         self.drafted = 0
+        self._draft: torch.nn.Module | None = None
 
     def setup(self, context: GenerationContext) -> None:
         opts = self.options
-        self.draft = _resolve_draft(opts.model)
+        if self._draft is None:  # once per drafter: setup runs on every generate call
+            self._draft = _resolve_draft(opts.model)
+        self.draft = self._draft
         draft_vocab = int(self.draft.get_output_embeddings().weight.shape[0])
         if draft_vocab != context.vocab_size:
             raise DrafterError(f"ppd_draft_model: the draft's vocabulary ({draft_vocab}) differs from the "

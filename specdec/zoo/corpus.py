@@ -1,9 +1,11 @@
 """Offline training corpus for the bundled model pair.
 
 The corpus is the Python standard library of the running interpreter plus the
-GSM8K *train* split (English prose). Everything is read in a fixed, sorted
-order so the same interpreter always yields the same corpus; the manifest
-records exactly what was read so a run can be audited and reproduced.
+GSM8K *train* split (English prose), which ships inside the package
+(`specdec/data/gsm8k/train.jsonl`, unchanged) so the recipe runs wherever
+specdec is installed. Everything is read in a fixed, sorted order so the same
+interpreter always yields the same corpus; the manifest records exactly what
+was read so a run can be audited and reproduced.
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
-GSM8K_TRAIN = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "train.jsonl"
+from specdec.data import data_file
+
+#: How the manifest names the shipped GSM8K file. The default model was trained on the same bytes read from
+#: the project's development data folder; the content hash in its recipe.json covers them either way.
+GSM8K_FILE_NAME = "specdec/data/gsm8k/train.jsonl"
 
 # Stdlib modules never trained on; they are the code half of the held-out set.
 HELDOUT_MODULES: tuple[str, ...] = (
@@ -81,8 +87,12 @@ def _sha256(items: list[str]) -> str:
     return hashlib.sha256("\n".join(items).encode("utf-8")).hexdigest()
 
 
-def build_corpus(max_train_docs: int | None = None, gsm8k_path: Path = GSM8K_TRAIN) -> Corpus:
-    """Read the corpus; ``max_train_docs`` trims the training split for tiny test runs."""
+def build_corpus(max_train_docs: int | None = None, gsm8k_path: Path | None = None) -> Corpus:
+    """Read the corpus; ``max_train_docs`` trims the training split for tiny test runs.
+    ``gsm8k_path`` replaces the shipped GSM8K train file (the content hash then changes with it)."""
+    gsm8k_path = data_file("gsm8k_train") if gsm8k_path is None else Path(gsm8k_path)
+    if not gsm8k_path.is_file():
+        raise FileNotFoundError(f"GSM8K train file {str(gsm8k_path)!r} (the corpus's prose) does not exist")
     root = stdlib_root()
     corpus = Corpus()
     content_hash = hashlib.sha256()
@@ -117,7 +127,7 @@ def build_corpus(max_train_docs: int | None = None, gsm8k_path: Path = GSM8K_TRA
         "stdlib_file_list_sha256": _sha256(used),
         "stdlib_skipped_undecodable": skipped,
         "excluded_dirs": sorted(EXCLUDED_DIRS),
-        "gsm8k_file": "shared/data/gsm8k/train.jsonl",
+        "gsm8k_file": GSM8K_FILE_NAME if gsm8k_path == data_file("gsm8k_train") else str(gsm8k_path),
         "gsm8k_lines": len(lines),
         "gsm8k_bytes": gsm_bytes,
         "content_sha256": content_hash.hexdigest(),

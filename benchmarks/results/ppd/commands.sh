@@ -3,7 +3,9 @@
 # shared 2-core CPU, torch 1 thread). Training data: GSM8K *train* prose + Python stdlib packages (none of the
 # zoo's held-out modules; never spec_bench / humaneval / gsm8k test).
 SL=$(python -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])")
-DATA="../shared/data/gsm8k/train.jsonl $SL/asyncio $SL/email $SL/logging $SL/http $SL/collections $SL/concurrent $SL/importlib $SL/xml $SL/urllib"
+# GSM8K train as shipped with specdec (the runs below read the same bytes from the project's data folder).
+GSM=$(python -c "from specdec.data import data_file; print(data_file('gsm8k_train'))")
+DATA="$GSM $SL/asyncio $SL/email $SL/logging $SL/http $SL/collections $SL/concurrent $SL/importlib $SL/xml $SL/urllib"
 
 # /tmp/ppd_dev/{target_final,draft} = runs/{target,draft}/final exported exactly as specdec.zoo.export does
 # (bf16 round trip): the shipped weights (fingerprints checked equal), so training could start before the export.
