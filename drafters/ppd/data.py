@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-# Evaluation sets of the project: never train on them (shared/data/README.md).
+# Evaluation sets of the project: never train on them (specdec/data/README.md).
 FORBIDDEN = ("spec_bench", "humaneval", "gsm8k/test")
 STDLIB = "stdlib"
 

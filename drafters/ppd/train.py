@@ -82,6 +82,8 @@ def _load_model(spec: str, tokenizer_path: str | None = None):
 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=True)
     model, tokenizer = load_model(spec, tokenizer)
+    if model.get_input_embeddings().weight.device.type == "cpu" and model.dtype in (torch.bfloat16, torch.float16):
+        model = model.float()  # half precision is slow and inexact on CPUs; the upcast keeps the fingerprint
     if tokenizer is None:
         raise ValueError(f"{spec}: training needs a tokenizer; put one beside the model or pass --tokenizer DIR")
     return model, tokenizer
@@ -137,8 +139,10 @@ def _recipe(args: argparse.Namespace) -> dict:
     return {key: getattr(args, key) for key in keys}
 
 
-def train(args: argparse.Namespace, model=None, tokenizer=None) -> PromptCheckpoint:
-    """Run training as configured by `args` (see `default_args`); `model`/`tokenizer` override --model."""
+def train(args: argparse.Namespace, model=None, tokenizer=None,
+          streams: tuple[torch.Tensor, torch.Tensor, str] | None = None) -> PromptCheckpoint:
+    """Run training as configured by `args` (see `default_args`); `model`/`tokenizer` override --model,
+    `streams` (train tokens, held-out tokens, note) the data flags (benchmarks tokenize once)."""
     from tqdm import tqdm
 
     if args.threads:
@@ -151,8 +155,8 @@ def train(args: argparse.Namespace, model=None, tokenizer=None) -> PromptCheckpo
     device = model.get_input_embeddings().weight.device
     context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 4096)
     window = min(args.window, context - args.num_prompts - 2)
-    train_stream, heldout, heldout_note = split_streams(args.data, tokenizer, window, args.eval_data,
-                                                        args.heldout_fraction, args.max_docs, args.seed)
+    train_stream, heldout, heldout_note = streams or split_streams(
+        args.data, tokenizer, window, args.eval_data, args.heldout_fraction, args.max_docs, args.seed)
     per_window = args.anchors or max(1, args.max_slots // (args.num_prompts * args.num_ept))
 
     out = Path(args.out)
@@ -161,7 +165,7 @@ def train(args: argparse.Namespace, model=None, tokenizer=None) -> PromptCheckpo
     embeddings = torch.nn.Parameter(initial.to(device))
     optimizer = torch.optim.AdamW([embeddings], lr=args.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(args.seed)
-    start, losses, accs, elapsed_before = 0, [], [], 0.0
+    start, losses, accs, elapsed_before, seen = 0, [], [], 0.0, 0
     if args.resume and state_file.is_file():
         saved = torch.load(state_file, weights_only=False)
         if saved["fingerprint"] != model_fingerprint(model):
@@ -171,7 +175,7 @@ def train(args: argparse.Namespace, model=None, tokenizer=None) -> PromptCheckpo
         optimizer.load_state_dict(saved["optimizer"])
         generator.set_state(saved["generator"])
         start, losses, accs = saved["step"], saved["losses"], saved.get("accs", [])
-        elapsed_before = saved.get("elapsed", 0.0)
+        elapsed_before, seen = saved.get("elapsed", 0.0), saved.get("anchors_seen", 0)
 
     started = time.time()
 
@@ -181,7 +185,7 @@ def train(args: argparse.Namespace, model=None, tokenizer=None) -> PromptCheckpo
     def save_state(step: int) -> None:
         torch.save({"embeddings": embeddings.detach().cpu(), "optimizer": optimizer.state_dict(),
                     "generator": generator.get_state(), "step": step, "losses": losses, "accs": accs,
-                    "elapsed": elapsed(), "fingerprint": model_fingerprint(model)}, state_file)
+                    "elapsed": elapsed(), "anchors_seen": seen, "fingerprint": model_fingerprint(model)}, state_file)
 
     budget = args.time_budget
     progress = tqdm(total=args.steps, initial=start, desc="train-ppd", mininterval=2.0, disable=args.quiet)
@@ -200,6 +204,7 @@ def train(args: argparse.Namespace, model=None, tokenizer=None) -> PromptCheckpo
         loss.backward()
         optimizer.step()
         step += 1
+        seen += labels.shape[0] * labels.shape[1]
         losses.append(loss.item())
         accs.append((student.detach().argmax(dim=-1) == labels).float().mean(dim=(0, 1)).tolist())
         recent = accs[-20:]
@@ -218,7 +223,8 @@ def train(args: argparse.Namespace, model=None, tokenizer=None) -> PromptCheckpo
     eval_started = time.time()
     counts = evaluate_prompts(model, final, heldout, args.eval_windows, args.eval_length, args.eval_stride)
     accuracies = accuracies_from_counts(counts)
-    info = {"trained": True, "recipe": _recipe(args), "steps_done": step, "train_seconds": round(train_seconds, 1),
+    info = {"trained": True, "recipe": _recipe(args), "steps_done": step, "anchors_seen": seen,
+            "train_seconds": round(train_seconds, 1),
             "eval_seconds": round(time.time() - eval_started, 1), "threads": torch.get_num_threads(),
             "loss": f"{args.loss}, decay {args.decay}^(k-1), EPT logit mean", "data": [str(p) for p in args.data],
             "train_tokens": int(len(train_stream)), "heldout": heldout_note, "heldout_tokens": int(len(heldout)),
