@@ -79,7 +79,7 @@ def train_medusa(model: torch.nn.Module, stream: torch.Tensor, config: MedusaCon
     lm_head = model.get_output_embeddings()
     generator = torch.Generator().manual_seed(config.seed)
     started = time.time()
-    steps, losses, windows, epochs = 0, [], 0, 0
+    steps, losses, windows, epochs, online_anchors = 0, [], 0, 0, 0
     states_seen: list[torch.Tensor] = []
     labels_seen: list[torch.Tensor] = []
 
@@ -101,6 +101,7 @@ def train_medusa(model: torch.nn.Module, stream: torch.Tensor, config: MedusaCon
             set_lr(max(steps / config.max_steps, (time.time() - started) / config.time_budget))
             teacher, labels, states = _label_window(model, stream, config, generator, device)
             windows += 1
+            online_anchors += labels.shape[0] * labels.shape[1]
             update(heads(states, lm_head).flatten(0, 1), teacher.flatten(0, 1), labels.flatten(0, 1), config.loss)
         labelled = windows
     elif config.protocol == "cached":
@@ -129,7 +130,7 @@ def train_medusa(model: torch.nn.Module, stream: torch.Tensor, config: MedusaCon
                 update(heads(states_all[rows], lm_head), None, labels_all[rows], "ce")
     else:
         raise ValueError(f"unknown protocol {config.protocol!r}")
-    anchors_labelled = sum(len(x) for x in labels_seen) if labels_seen else None
+    anchors_labelled = sum(len(x) for x in labels_seen) if labels_seen else online_anchors
     log = {"config": asdict(config), "steps": steps, "windows_labelled": labelled, "epochs": epochs,
            "anchors_labelled": anchors_labelled, "seconds": round(time.time() - started, 1),
            "final_loss_avg20": sum(losses[-20:]) / max(1, len(losses[-20:])), "first_loss": losses[0] if losses else None,

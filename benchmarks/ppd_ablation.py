@@ -23,6 +23,7 @@ from specdec.benchmarks.machine import machine_info
 from specdec.benchmarks.medusa_baseline import MedusaConfig, medusa_predictor, train_medusa
 from specdec.drafters.ppd.data import eval_windows, read_texts, split_streams, token_stream
 from specdec.drafters.ppd.evaluate import accuracies_from_counts, anchored_rank_counts, ppd_predictor, summary
+from specdec.drafters.ppd.prompts import PromptCheckpoint
 from specdec.drafters.ppd.train import _load_model, default_args, train
 
 # The recipe train-ppd shipped with before this ablation (1200 steps of it made the old default prompts):
@@ -65,7 +66,7 @@ def to_markdown(rows: dict[str, dict], header: str) -> str:
     for name, row in rows.items():
         acc = row["summary"]
         cells = " | ".join(f"{acc['top1'][k]:.3f} | {acc['top10'][k]:.3f}" for k in range(3))
-        lines.append(f"| {name} | {row['what']} | {cells} | {row['train_seconds']:.0f} | {row['steps']} | "
+        lines.append(f"| {name} | {row['what']} | {cells} | {row['train_seconds'] or 0:.0f} | {row['steps']} | "
                      f"{row['anchors_seen']} | {row['load']:.1f} |")
     return "\n".join(lines) + "\n"
 
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=240.0, help="training seconds per row")
     parser.add_argument("--rows", nargs="*", default=None, help="run only these rows (default: all, then medusa)")
     parser.add_argument("--new", default=None, help='JSON recipe: also run "new" rows varying it one change at a time')
+    parser.add_argument("--score", nargs="*", default=[], metavar="NAME=FILE",
+                        help="also score these prompt checkpoints as rows (e.g. the shipped ones)")
     parser.add_argument("--eval-windows", type=int, default=32)
     parser.add_argument("--eval-length", type=int, default=256)
     parser.add_argument("--eval-stride", type=int, default=4)
@@ -94,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         base_recipes["new"] = new
         rows.update(new_rows(new))
     rows["medusa"] = ("", {}, "Medusa-1 heads (cached labels, CE, lr 1e-2), same budget")
+    rows["medusa:online"] = ("", {"protocol": "online", "loss": "kl"},
+                             "Medusa-1 heads trained as the prompts are: a fresh window per step, every anchor, KD")
+    for spec in args.score:
+        label, _, file = spec.partition("=")
+        rows[label] = ("", {"checkpoint": file}, f"checkpoint {file}")
     wanted = args.rows or list(rows)
 
     streams = split_streams(["stdlib"], tokenizer, args.eval_length)
@@ -111,10 +119,17 @@ def main(argv: list[str] | None = None) -> int:
             continue
         base, changes, what = rows[name]
         started = time.time()
-        if name == "medusa":
-            heads, log = train_medusa(model, streams[0], MedusaConfig(time_budget=args.budget))
+        if name.startswith("medusa"):
+            heads, log = train_medusa(model, streams[0], MedusaConfig(time_budget=args.budget, **changes))
             predictor = medusa_predictor(model, heads)
             steps, seconds, seen, extra = log["steps"], log["seconds"], log["anchors_labelled"], {"log": log}
+        elif "checkpoint" in changes:
+            checkpoint = PromptCheckpoint.load(changes["checkpoint"])
+            checkpoint.check_model(model, changes["checkpoint"])
+            predictor = ppd_predictor(model, checkpoint.embeddings)
+            info = checkpoint.info
+            steps, seconds, seen = info.get("steps_done"), info.get("train_seconds"), info.get("anchors_seen")
+            extra = {"recipe": info.get("recipe")}
         else:
             row_streams = streams
             if "data" in changes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import warnings
 
 import numpy as np
@@ -270,6 +271,21 @@ def test_training_resumes_where_it_stopped(tmp_path, monkeypatch) -> None:
     assert state["step"] == 6 and len(state["losses"]) == 6
     assert resumed.info["steps_done"] == 6
     assert torch.allclose(resumed.embeddings, full.embeddings, atol=1e-6)
+
+
+def test_training_shows_a_progress_bar_with_the_running_accuracy(tmp_path, capsys) -> None:
+    train(_train_args(tmp_path, steps=3, num_ept=1, save_every=0, quiet=False), tiny_model("llama", seed=4),
+          _CharTokenizer())
+    bar = capsys.readouterr().err
+    assert "train-ppd" in bar and "3/3" in bar
+    assert re.search(r"top1=\d\.\d\d/\d\.\d\d/\d\.\d\d", bar)  # one running accuracy per distance
+
+
+def test_train_ppd_defaults_are_the_ablations_recipe() -> None:
+    """The recipe chosen in benchmarks/results/ppd/ablation: KD, 4 EPTs, every anchor of one window per step."""
+    args = default_args()
+    assert (args.num_ept, args.batch_size, args.anchors, args.loss, args.steps) == (4, 1, 0, "kl", 400)
+    assert args.data == ["stdlib"] and not args.quiet
 
 
 def test_training_raises_accuracy_on_its_windows(tmp_path) -> None:
