@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     rows["medusa"] = ("", {}, "Medusa-1 heads (cached labels, CE, lr 1e-2), same budget")
     rows["medusa:online"] = ("", {"protocol": "online", "loss": "kl"},
                              "Medusa-1 heads trained as the prompts are: a fresh window per step, every anchor, KD")
+    rows["medusa:untrained"] = ("", {"time_budget": 0.0},
+                                "floor: zero-init heads = the anchor's own next-token distribution, no training")
+    rows["new:untrained"] = ("new", {"budget_factor": 0.0}, "floor: the prompts' initial token rows, no training")
     for spec in args.score:
         label, _, file = spec.partition("=")
         rows[label] = ("", {"checkpoint": file}, f"checkpoint {file}")
@@ -120,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         base, changes, what = rows[name]
         started = time.time()
         if name.startswith("medusa"):
-            heads, log = train_medusa(model, streams[0], MedusaConfig(time_budget=args.budget, **changes))
+            heads, log = train_medusa(model, streams[0], MedusaConfig(**{"time_budget": args.budget, **changes}))
             predictor = medusa_predictor(model, heads)
             steps, seconds, seen, extra = log["steps"], log["seconds"], log["anchors_labelled"], {"log": log}
         elif "checkpoint" in changes:
@@ -159,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def new_rows(new: dict) -> dict[str, tuple[str, dict, str]]:
     """One change at a time from the new recipe (what each ingredient is worth once the others are in)."""
-    rows = {"new": ("new", {}, "the new recipe")}
+    rows = {"new": ("new", {}, "the new recipe: 4 EPTs, every anchor of one window per step")}
     for key, values in (("num_ept", (1, 16, 64)), ("lr", (3e-3, 3e-2)), ("loss", ("ce",)), ("decay", (1.0,)),
                         ("window", (128,))):
         for value in values:
