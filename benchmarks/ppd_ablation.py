@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=240.0, help="training seconds per row")
     parser.add_argument("--rows", nargs="*", default=None, help="run only these rows (default: all, then medusa)")
     parser.add_argument("--new", default=None, help='JSON recipe: also run "new" rows varying it one change at a time')
-    parser.add_argument("--score", nargs="*", default=[], metavar="NAME=FILE",
-                        help="also score these prompt checkpoints as rows (e.g. the shipped ones)")
+    parser.add_argument("--score", nargs="*", default=[], metavar="NAME=FILE[@K]",
+                        help="also score these prompt checkpoints as rows (e.g. the shipped ones); @K: first K EPTs")
     parser.add_argument("--eval-windows", type=int, default=32)
     parser.add_argument("--eval-length", type=int, default=256)
     parser.add_argument("--eval-stride", type=int, default=4)
@@ -104,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     rows["new:untrained"] = ("new", {"budget_factor": 0.0}, "floor: the prompts' initial token rows, no training")
     for spec in args.score:
         label, _, file = spec.partition("=")
-        rows[label] = ("", {"checkpoint": file}, f"checkpoint {file}")
+        file, _, groups = file.partition("@")
+        rows[label] = ("", {"checkpoint": file, "num_ept": int(groups or 0)},
+                       f"checkpoint {file}" + (f", first {groups} EPT group(s) only" if groups else ""))
     wanted = args.rows or list(rows)
 
     streams = split_streams(["stdlib"], tokenizer, args.eval_length)
@@ -129,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         elif "checkpoint" in changes:
             checkpoint = PromptCheckpoint.load(changes["checkpoint"])
             checkpoint.check_model(model, changes["checkpoint"])
-            predictor = ppd_predictor(model, checkpoint.embeddings)
+            predictor = ppd_predictor(model, checkpoint.embeddings[:, : changes["num_ept"] or None])
             info = checkpoint.info
             steps, seconds, seen = info.get("steps_done"), info.get("train_seconds"), info.get("anchors_seen")
             extra = {"recipe": info.get("recipe")}
