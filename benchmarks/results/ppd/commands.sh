@@ -46,9 +46,9 @@ specdec profile --model default --threads 2 --repeats 15 --num-prompts 1 2 3 --s
 # --- Issue 23 (2026-11-24): the ablation (ablation/README.md) chose 4 EPTs + every anchor of one window per step;
 # they are train-ppd's defaults now. Both shipped prompt files were retrained with the plain defaults (stdlib data,
 # 400 steps), 1 thread on the shared 2-core VM, then scored against Medusa-1 heads given the same wall time.
-specdec train-ppd --model default --threads 1 --save-every 25 --out runs/ppd/ppd_prompts.safetensors          # 755 s
-specdec train-ppd --model specdec/zoo/default/draft --threads 1 --save-every 25 --out runs/ppd/ppd_draft_prompts.safetensors
-cp runs/ppd/ppd_prompts.safetensors runs/ppd/ppd_draft_prompts.safetensors specdec/zoo/default/
+specdec train-ppd --model default --threads 1 --save-every 25 --out /tmp/ppd23/ppd_prompts.safetensors          # 755 s
+specdec train-ppd --model specdec/zoo/default/draft --threads 1 --save-every 25 --out /tmp/ppd23/ppd_draft_prompts.safetensors  # 147 s
+cp /tmp/ppd23/ppd_prompts.safetensors /tmp/ppd23/ppd_draft_prompts.safetensors specdec/zoo/default/
 python -m specdec.benchmarks.ppd_vs_medusa --model default --ppd-checkpoint specdec/zoo/default/ppd_prompts.safetensors \
     --out benchmarks/results/ppd/medusa
 python -m specdec.benchmarks.ppd_vs_medusa --model specdec/zoo/default/draft \
