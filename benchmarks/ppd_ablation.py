@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
     streams = split_streams(["stdlib"], tokenizer, args.eval_length)
     windows = eval_windows(streams[1], args.eval_windows, args.eval_length)
-    header = (f"Model {args.model}; {args.budget:.0f} s of training per row (1 torch thread, shared 2-core CPU); "
+    header = (f"Model {args.model}; {args.budget:.0f} s of training per row unless `train s` says otherwise (1 torch "
+              "thread, shared 2-core CPU; floors and checkpoints: scored only); "
               f"scored on {args.eval_windows} held-out windows x {args.eval_length} tokens ({streams[2]}), every "
               f"{args.eval_stride}. anchor; distance k = the target's greedy token k+1 ahead of the anchor.")
     done: dict[str, dict] = {}

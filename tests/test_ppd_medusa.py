@@ -84,6 +84,8 @@ def test_medusa_training_raises_accuracy(protocol: str, loss: str) -> None:
     assert log["steps"] > 5 and log["windows_labelled"] >= 1
     after = score(heads)
     assert log["steps"] == 60 and after > before + 0.2
+    # every anchor with >= 8 tokens of context of each labelled window (positions 7..23: 17 per window)
+    assert log["anchors_labelled"] == 17 * log["windows_labelled"]
     with pytest.raises(ValueError, match="hard labels"):
         train_medusa(model, stream, MedusaConfig(protocol="cached", loss="kl", time_budget=1.0))
 
