@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import warnings
 
 import numpy as np
 import pytest
 import torch
 from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
+from specdec.drafters.ppd.anchors import anchored_student_logits, greedy_chains
+from specdec.drafters.ppd.data import eval_windows, token_stream
+from specdec.drafters.ppd.distill import student_logits, teacher_continuation
 from specdec.drafters.ppd.draft_model import PPDDraftModelDrafter, PPDDraftModelOptions
 from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions
+from specdec.drafters.ppd.evaluate import accuracies_from_counts, anchored_rank_counts, ppd_predictor
 from specdec.drafters.ppd.profile import device_key, plot_profile, run_profile, save_profile
 from specdec.drafters.ppd.prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
-from specdec.drafters.ppd.train import read_texts, train
+from specdec.drafters.ppd.train import default_args, objective, read_texts, train
 from specdec.drafters.ppd.trees import (
     build_dynamic_trees,
     build_static_tree,
@@ -207,11 +212,10 @@ def _train_args(tmp_path, **overrides) -> argparse.Namespace:
     data = tmp_path / "train.jsonl"
     data.write_text("\n".join(json.dumps({"question": f"q {i} " * 20, "answer": f"a {i * 7} " * 30})
                               for i in range(20)))
-    values = dict(model="unused", data=[str(data)], out=str(tmp_path / "p.safetensors"), steps=6, batch_size=2,
-                  max_len=24, num_prompts=3, num_ept=2, lr=1e-2, decay=0.8, eval_samples=8,
-                  heldout_fraction=0.05, max_docs=None, save_every=3, resume=False, seed=0, threads=None)
+    values = dict(data=[str(data)], out=str(tmp_path / "p.safetensors"), steps=6, window=24, num_prompts=3,
+                  num_ept=2, eval_windows=2, eval_length=24, save_every=3, quiet=True)
     values.update(overrides)
-    return argparse.Namespace(**values)
+    return default_args(**values)
 
 
 def test_training_checkpoint_roundtrip_and_wrong_model(tmp_path) -> None:
@@ -243,16 +247,118 @@ def test_training_checkpoint_roundtrip_and_wrong_model(tmp_path) -> None:
         PromptCheckpoint.load(tmp_path / "missing.safetensors")
 
 
-def test_training_resumes(tmp_path) -> None:
+def test_training_resumes_where_it_stopped(tmp_path, monkeypatch) -> None:
+    """An interrupted run resumed with --resume ends exactly where the uninterrupted run ends."""
+    import specdec.drafters.ppd.train as train_module
+
     model = tiny_model("llama", seed=4)
     full = train(_train_args(tmp_path, out=str(tmp_path / "a.safetensors"), num_ept=1), model, _CharTokenizer())
-    train(_train_args(tmp_path, out=str(tmp_path / "b.safetensors"), num_ept=1, steps=3), model, _CharTokenizer())
+    original, calls = train_module.pick_anchors, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:  # step 4 of 6: after the state saved at step 3
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "pick_anchors", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(_train_args(tmp_path, out=str(tmp_path / "b.safetensors"), num_ept=1), model, _CharTokenizer())
+    monkeypatch.setattr(train_module, "pick_anchors", original)
+    assert torch.load(tmp_path / "b.safetensors.train.pt", weights_only=False)["step"] == 3
     resumed = train(_train_args(tmp_path, out=str(tmp_path / "b.safetensors"), num_ept=1, resume=True),
                     model, _CharTokenizer())
-    # The 3-step run saved its state at step 3; resuming runs only steps 4..6 on top of it.
     state = torch.load(tmp_path / "b.safetensors.train.pt", weights_only=False)
     assert state["step"] == 6 and len(state["losses"]) == 6
-    assert resumed.info["steps"] == 6 and full.embeddings.shape == resumed.embeddings.shape
+    assert resumed.info["steps_done"] == 6
+    assert torch.allclose(resumed.embeddings, full.embeddings, atol=1e-6)
+
+
+def test_training_shows_a_progress_bar_with_the_running_accuracy(tmp_path, capsys) -> None:
+    train(_train_args(tmp_path, steps=3, num_ept=1, save_every=0, quiet=False), tiny_model("llama", seed=4),
+          _CharTokenizer())
+    bar = capsys.readouterr().err
+    assert "train-ppd" in bar and "3/3" in bar
+    assert re.search(r"top1=\d\.\d\d/\d\.\d\d/\d\.\d\d", bar)  # one running accuracy per distance
+
+
+def test_train_ppd_defaults_are_the_ablations_recipe() -> None:
+    """The recipe chosen in benchmarks/results/ppd/ablation: KD, 4 EPTs, every anchor of one window per step."""
+    args = default_args()
+    assert (args.num_ept, args.batch_size, args.anchors, args.loss, args.steps) == (4, 1, 0, "kl", 400)
+    assert args.data == ["stdlib"] and not args.quiet
+
+
+def test_training_raises_accuracy_on_its_windows(tmp_path) -> None:
+    """A few dozen steps on a tiny random model lift the prompts' accuracy on the training windows."""
+    model = tiny_model("llama", seed=4)
+    args = _train_args(tmp_path, steps=40, window=32, num_ept=1, save_every=0)
+    docs = read_texts(args.data)
+    windows = eval_windows(token_stream(docs, _CharTokenizer()), 8, 32)
+
+    def score(embeddings: torch.Tensor) -> float:
+        counts = anchored_rank_counts(model, windows, {"ppd": ppd_predictor(model, embeddings)}, 3)["ppd"]
+        accuracies = accuracies_from_counts(counts)
+        return sum(row[0] + sum(row) for row in accuracies)  # top-1 + top-10 over the distances
+
+    before = score(random_checkpoint(model, 3, 1).embeddings)
+    after = score(train(args, model, _CharTokenizer()).embeddings)
+    assert after > before + 0.3
+
+
+# -- many anchors per window: the same numbers as one prefix at a time ----------------------------
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_anchored_forwards_match_one_prefix_at_a_time(arch: str) -> None:
+    model = tiny_model(arch, seed=6)
+    ids = torch.randint(0, VOCAB, (2, 20), generator=torch.Generator().manual_seed(0))
+    anchors = torch.tensor([3, 11, 19])
+    embeddings = random_checkpoint(model, 3, 2).embeddings
+    cache, teacher, greedy, hidden = greedy_chains(model, ids, anchors, 3, keep_hidden=True)
+    student = anchored_student_logits(model, cache, ids.shape[1], anchors, embeddings)
+    assert cache.get_seq_length() == ids.shape[1]  # slots never stay in the cache
+    for a, t in enumerate(anchors.tolist()):
+        prefix = ids[:, : t + 1]
+        single_cache, single_teacher, single_greedy = teacher_continuation(model, prefix, 3)
+        assert torch.equal(greedy[:, a], single_greedy)
+        for row in range(2):  # label at distance k = the model's own greedy token k + 1 ahead
+            assert greedy[row, a].tolist() == hf_greedy(model, prefix[row].tolist(), 4)
+        assert torch.allclose(teacher[:, a], single_teacher, atol=1e-4)
+        assert torch.allclose(student[:, a], student_logits(model, single_cache, t + 1, embeddings), atol=1e-4)
+        with torch.no_grad():
+            last = model(prefix).logits[:, -1]
+        assert torch.allclose(model.get_output_embeddings()(hidden[:, a]), last, atol=1e-4)  # the LM head's input
+
+
+def test_evaluation_scores_the_greedy_token_k_plus_1_ahead() -> None:
+    """An oracle that predicts hf greedy token k+1 for distance k scores 1.0 everywhere; the off-by-one
+    oracle (token k) does not."""
+    model = tiny_model("llama", seed=7)
+    windows = torch.randint(0, VOCAB, (2, 14), generator=torch.Generator().manual_seed(1))
+
+    def oracle(shift: int):
+        def predict(cache, length, anchors, hidden):
+            out = torch.zeros(windows.shape[0], anchors.numel(), 3, VOCAB)
+            for b in range(windows.shape[0]):
+                for a, t in enumerate(anchors.tolist()):
+                    continuation = hf_greedy(model, windows[b, : t + 1].tolist(), 4)
+                    for k in range(3):
+                        out[b, a, k, continuation[k + shift]] = 1.0
+            return out
+        return predict
+
+    counts = anchored_rank_counts(model, windows, {"right": oracle(1), "off_by_one": oracle(0)}, 3, batch=2,
+                                  min_context=4)
+    assert all(row[0] == 1.0 for row in accuracies_from_counts(counts["right"]))
+    assert sum(row[0] for row in accuracies_from_counts(counts["off_by_one"])) < 2.5
+
+
+def test_objective_kl_is_zero_at_the_teacher_and_ce_uses_the_greedy_token() -> None:
+    teacher = torch.randn(5, 3, 11)
+    labels = teacher.argmax(dim=-1)
+    assert objective(teacher, teacher, labels, 0.8, "kl").abs() < 1e-6
+    assert objective(torch.randn(5, 3, 11), teacher, labels, 0.8, "kl") > 0
+    sharp = torch.nn.functional.one_hot(labels, 11).float() * 50
+    assert objective(sharp, teacher, labels, 0.8, "ce") < 1e-6 < objective(-sharp, teacher, labels, 0.8, "ce")
 
 
 def test_training_refuses_evaluation_sets(tmp_path) -> None:
@@ -323,6 +429,17 @@ def test_ppd_draft_model_with_the_target_as_draft_accepts_everything() -> None:
                            controller=False)  # every draft verified (a draft as costly as the target is cut)
     assert out.sequences[0] == hf_greedy(target, [5, 6, 7], 30)
     assert out.stats.mean_accepted == pytest.approx(5.0)
+
+
+def test_stdlib_data_keeps_the_zoos_heldout_modules_out_of_training() -> None:
+    from specdec.drafters.ppd.data import stdlib_documents
+
+    heldout = stdlib_documents(heldout=True)
+    training = read_texts(["stdlib"])
+    assert len(heldout) >= 10 and len(training) > 100
+    assert not set(heldout) & set(training)
+    with pytest.raises(ValueError, match="evaluation set"):
+        read_texts(["stdlib", "/somewhere/spec_bench/question.jsonl"])
 
 
 def test_ppd_draft_model_loads_its_draft_once_per_drafter(tmp_path, monkeypatch) -> None:

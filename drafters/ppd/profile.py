@@ -54,9 +54,10 @@ def save_profile(path: str | Path, fingerprint: str, key: str, entry: dict) -> d
     return data
 
 
-def _tree_inputs(tree) -> tuple[torch.Tensor, int]:
-    """Input-index parents [1, T] of a state tree laid out as the engine does: [root, nodes, prompts]."""
-    layout = tree.layout(1)
+def _tree_inputs(tree, num_ept: int = 1) -> tuple[torch.Tensor, int]:
+    """Input-index parents [1, T] of a state tree laid out as the engine does: [root, nodes, prompts]
+    (each prompt as `num_ept` slots, as the drafter lays it out)."""
+    layout = tree.layout(num_ept)
     nodes = len(layout["cand_depth"])
     parents = [0] + [p + 1 for p in layout["cand_parent"]]
     for anchor, previous in zip(layout["anchor_node"], layout["parent_slot"]):
@@ -64,8 +65,8 @@ def _tree_inputs(tree) -> tuple[torch.Tensor, int]:
     return torch.tensor([parents]), len(parents)
 
 
-def measure_latency(model, trees_by_key: dict[Any, object], context: int, repeats: int, seed: int = 0
-                    ) -> dict[Any, float]:
+def measure_latency(model, trees_by_key: dict[Any, object], context: int, repeats: int, seed: int = 0,
+                    num_ept: int = 1) -> dict[Any, float]:
     """Median seconds of one verification forward (mask building included) per tree configuration, on
     a prefix of `context` tokens. Configurations are interleaved each round so load drift on a shared
     machine hits all alike. Key None = plain decoding (one input token)."""
@@ -77,7 +78,7 @@ def measure_latency(model, trees_by_key: dict[Any, object], context: int, repeat
     prefix = torch.randint(0, vocab, (1, context), generator=generator)
     inputs: dict[Any, tuple[torch.Tensor, int]] = {None: (torch.zeros(1, 1, dtype=torch.long), 1)}
     for key, trees in trees_by_key.items():
-        inputs[key] = _tree_inputs(trees.trees[trees.num_prompts])
+        inputs[key] = _tree_inputs(trees.trees[trees.num_prompts], num_ept)
     biggest = max(count for _, count in inputs.values())
     runner = TargetRunner(model, 1, context + biggest + 2)
     runner.prefill(prefix, torch.tensor([context]))
@@ -152,7 +153,8 @@ def build_parser():
 def run_profile(model, checkpoint, sizes: list[int], tree: str, context: int, repeats: int,
                 prompt_counts: list[int] | None = None) -> dict:
     """Profile entry for this device: per prompt count m, tau(n) and latency(n); the (m, n) maximising
-    tau/latency. Using the first m' < m prompts of a chain is exact (prompt k never sees later ones)."""
+    tau/latency. Using the first m' < m prompts of a chain is exact (prompt k never sees later ones).
+    Every prompt is timed as the checkpoint's n_ept slots: the drafter's default uses all of them."""
     from .drafter import _cached_trees
     from .trees import prior_accuracies
 
@@ -161,19 +163,20 @@ def run_profile(model, checkpoint, sizes: list[int], tree: str, context: int, re
     if any(not 1 <= m <= checkpoint.num_prompts for m in counts):
         raise ValueError(f"--num-prompts must be within 1..{checkpoint.num_prompts} (the checkpoint's)")
     trees = {(m, n): _cached_trees(json.dumps(accuracies[:m]), m, n, tree) for m in counts for n in sizes}
-    latency = measure_latency(model, trees, context, repeats)
+    latency = measure_latency(model, trees, context, repeats, num_ept=checkpoint.num_ept)
     curves, best, best_ratio = {}, None, -1.0
     for m in counts:
         tau = [trees[m, n].expected_tau for n in sizes]
         lat = [latency[m, n] for n in sizes]
         curves[str(m)] = {"sizes": sizes, "tau": tau, "latency_s": lat,
-                          "inputs_per_step": [trees[m, n].trees[m].num_inputs for n in sizes]}
+                          "inputs_per_step": [_tree_inputs(trees[m, n].trees[m], checkpoint.num_ept)[1] for n in sizes]}
         for n, t, seconds in zip(sizes, tau, lat):
             if t / seconds > best_ratio:
                 best, best_ratio = (m, n), t / seconds
     return {"curves": curves, "best_num_prompts": best[0], "best_size": best[1],
             "expected_speedup_vs_plain": best_ratio * latency[None], "latency_plain_s": latency[None],
             "tree": tree, "context": context, "repeats": repeats, "torch_threads": torch.get_num_threads(),
+            "num_ept": checkpoint.num_ept,
             "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "tau_from": "measured accuracies" if checkpoint.accuracies else "prior (untrained)"}
 

@@ -133,6 +133,19 @@ def init_from_vocab(model: torch.nn.Module, num_prompts: int, num_ept: int, seed
     return weight[rows.to(weight.device)].to("cpu", torch.float32).reshape(num_prompts, num_ept, -1).clone()
 
 
+def init_prompts(model: torch.nn.Module, num_prompts: int, num_ept: int, kind: str = "vocab", seed: int = 0
+                 ) -> torch.Tensor:
+    """Initial prompt embeddings [m, n_ept, hidden]: "vocab" = real token rows (`init_from_vocab`);
+    "random" = Gaussian with the token embeddings' per-element standard deviation."""
+    if kind == "vocab":
+        return init_from_vocab(model, num_prompts, num_ept, seed)
+    if kind == "random":
+        weight = model.get_input_embeddings().weight.detach().float()
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randn(num_prompts, num_ept, weight.shape[1], generator=generator) * weight.std().item()
+    raise ValueError(f"unknown prompt init {kind!r}")
+
+
 def random_checkpoint(model: torch.nn.Module, num_prompts: int = 3, num_ept: int = 1, seed: int = 0
                       ) -> PromptCheckpoint:
     """An untrained checkpoint (token-embedding init) for tests and smoke runs: correct, but slow to accept."""

@@ -42,3 +42,18 @@ cp runs/ppd/ppd_prompts.safetensors specdec/zoo/default/
 specdec profile --model default --threads 1 --repeats 15 --num-prompts 1 2 3 \
     --sizes 2 4 6 8 12 16 24 32 48 64 --plot benchmarks/results/ppd/profile.png   # m=1 n=2, expected 0.86x
 specdec profile --model default --threads 2 --repeats 15 --num-prompts 1 2 3 --sizes 2 4 6 8 12 16 24 32 48 64
+
+# --- Issue 23 (2026-11-24): the ablation (ablation/README.md) chose 4 EPTs + every anchor of one window per step;
+# they are train-ppd's defaults now. Both shipped prompt files were retrained with the plain defaults (stdlib data,
+# 400 steps), 1 thread on the shared 2-core VM, then scored against Medusa-1 heads given the same wall time.
+specdec train-ppd --model default --threads 1 --save-every 25 --out /tmp/ppd23/ppd_prompts.safetensors          # 755 s
+specdec train-ppd --model specdec/zoo/default/draft --threads 1 --save-every 25 --out /tmp/ppd23/ppd_draft_prompts.safetensors  # 147 s
+cp /tmp/ppd23/ppd_prompts.safetensors /tmp/ppd23/ppd_draft_prompts.safetensors specdec/zoo/default/
+python -m specdec.benchmarks.ppd_vs_medusa --model default --ppd-checkpoint specdec/zoo/default/ppd_prompts.safetensors \
+    --out benchmarks/results/ppd/medusa
+python -m specdec.benchmarks.ppd_vs_medusa --model specdec/zoo/default/draft \
+    --ppd-checkpoint specdec/zoo/default/ppd_draft_prompts.safetensors --out benchmarks/results/ppd/medusa_draft
+specdec profile --model default --threads 1 --repeats 15 --num-prompts 1 2 3 \
+    --sizes 2 4 6 8 12 16 24 32 48 64 --plot benchmarks/results/ppd/profile.png
+# the old prompts re-profiled beside them for comparison (--checkpoint OLD.safetensors): m=1 n=2, expected 0.84x vs 0.70x.
+# NOT re-run (the machine was shared; 1 thread only): the 2-thread profile; its entry is flagged as stale.
