@@ -6,6 +6,8 @@
 #   .venv/bin/python -m specdec.zoo.train draft128 --run-dir /work/second/draft128 \
 #       --tokenizer specdec/zoo/default/target --steps 150 --seed 5 --threads 1     # 355 s, loss 4.77
 #   cp -r specdec/zoo/default/draft /work/second/target && rm /work/second/target/token_ranking.json
+#   and "dtype": "float32" in its config.json (the bundled copy says bfloat16, and in bf16 even `none`
+#   differed from transformers' greedy generate on 1 of 14 turns: near-ties flip with accumulation order)
 OMP_NUM_THREADS=1 specdec bench --preset quick --model /work/second/target --draft /work/second/draft128/final \
   --repeats 3 --threads 1 --baseline hf_generate \
   --drafter none --drafter anpd --drafter anpd:schedule=constant \
