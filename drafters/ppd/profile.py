@@ -6,31 +6,13 @@ and store it keyed by device so a profile is never silently reused on other hard
 from __future__ import annotations
 
 import json
-import platform
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-
-def device_key(device: torch.device | str) -> str:
-    """'cuda:<device name>' or 'cpu:<processor model> x<threads>' (thread count changes latency too)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return f"cuda:{torch.cuda.get_device_name(device)}"
-    if device.type == "cpu":
-        name = ""
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-        except OSError:
-            pass
-        name = name or platform.processor() or platform.machine()
-        return f"cpu:{name} x{torch.get_num_threads()}"
-    return f"{device.type}:{device}"
+from specdec.costs import device_key  # one key per device for every measured cost
 
 
 def load_profile(path: str | Path) -> dict:
