@@ -131,3 +131,13 @@ class ForwardCounter:
 
     def __call__(self, module, args) -> None:
         self.calls += 1
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test, restored after: tiny models are dispatch-bound, and a second thread
+    on a shared CPU makes them 10-40x slower. Modules opt in with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

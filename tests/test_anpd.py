@@ -22,13 +22,7 @@ from specdec.sampling import SamplingParams
 NO_EOS: frozenset[int] = frozenset()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run 10-40x slower with 2 threads on a contended machine; restore afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def reference_counts(tokens: list[int], max_n: int) -> dict[tuple[int, ...], tuple[Counter, dict[int, int]]]:

@@ -19,14 +19,7 @@ import specdec
 from specdec.errors import DrafterError, PluginOptionsError, UnsupportedModelError
 from specdec.sampling import SamplingParams, process_logits
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models are dispatch-bound; one thread avoids oversubscribing a shared CPU."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _drafter(skip, **options) -> LayerSkipDrafter:

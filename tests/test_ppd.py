@@ -32,14 +32,7 @@ from specdec.drafters.ppd.trees import (
 import specdec
 from specdec.errors import PluginOptionsError
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The CPU is shared: one thread avoids oversubscription stalls that make tiny models 20x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _prompts(seed: int) -> list[list[int]]:

@@ -21,13 +21,7 @@ from specdec.drafters.ppd.data import eval_windows, sample_windows
 from specdec.drafters.ppd.evaluate import accuracies_from_counts, anchored_rank_counts
 from specdec.drafters.ppd.train import pick_anchors
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _stream(length: int = 3000, seed: int = 0) -> torch.Tensor:
