@@ -283,9 +283,17 @@ class GoodputController:
         can every step and the cut after drafting sees what they offer and decides (unless they add
         inputs of their own to the forward, which a free look would pay for)."""
         limit = CHEAP_DRAFT * self.table.verify(1, 1, self.packed)
+        # Judged by what its drafts cost as drafted, not by the fit's guess at a one-node draft: a drafter
+        # that always drafted the same length gives the fit no slope, and its one-node extrapolation can be
+        # tiny (a 12-token draft_model draft costing 0.8 of a plain step read as free, so it drafted 12
+        # tokens every step). Unmeasured drafters look once; that look measures them.
         # A sampled draft is cut only to a budget fixed before drafting (losslessness): never a free look.
-        return {name for name in self.order
-                if not self.members[name].stochastic and self.table.draft(name, 1, 1) <= limit}
+        cheap = set()
+        for name in self.order:
+            mean = self.table.draft_mean(name)
+            if not self.members[name].stochastic and (mean is None or mean <= limit):
+                cheap.add(name)
+        return cheap
 
     def _probe_wait(self, option: tuple[_Items, int, float, int]) -> float:
         """Steps to wait before probing a drafter, so that probes expected to lose cost at most

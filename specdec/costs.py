@@ -133,6 +133,10 @@ class LinearFit:
     def predict(self, features: Iterable[float]) -> float:
         return max(0.0, sum(w * x for w, x in zip(self.weights, features)))
 
+    def mean(self) -> float | None:
+        """The decayed mean of the targets seen (the first feature is the constant 1), None before any."""
+        return float(self.xy[0] / self.xx[0, 0]) if self.samples else None
+
     def update(self, features: list[float], target: float) -> None:
         x = np.asarray(features, dtype=np.float64)
         self.xx = self.forgetting * self.xx + np.outer(x, x)
@@ -185,6 +189,12 @@ class CostTable:
         if fit is None or nodes <= 0:
             return 0.0
         return fit.predict((1.0, levels, nodes))
+
+    def draft_mean(self, name: str) -> float | None:
+        """Seconds of the drafter's drafts so far (decayed mean over whatever sizes it drafted), None
+        before its first: what a step of it costs as it is used, without extrapolating the fit."""
+        fit = self.drafters.get(name)
+        return None if fit is None else fit.mean()
 
     def has_curves(self, packed: bool, batches: Iterable[int]) -> bool:
         return all((packed, bucket) in self.curves for b in batches for bucket in _buckets(b))

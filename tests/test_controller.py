@@ -9,7 +9,7 @@ from conftest import tiny_model
 
 import specdec
 from specdec.acceptance import RowAcceptance
-from specdec.controller import ControllerOptions, GoodputController, Member
+from specdec.controller import CHEAP_DRAFT, ControllerOptions, GoodputController, Member
 from specdec.costs import CostModel, CostTable, LinearFit, VerifyCurve, cost_model_for
 from specdec.draft import Draft, ExtraSlots, Verdict
 
@@ -26,7 +26,8 @@ def synthetic(curve=CPU_LIKE, batch: int = 1, draft: tuple[float, float, float] 
         model.live.curves[(True, 1)] = VerifyCurve(1, GRID, tuple(curve))
     if draft is not None:
         fit = LinearFit(3)
-        fit.weights = list(draft)
+        for nodes in (1, 2, 3, 5, 8) * 4:  # measured drafts of several lengths, costing `draft` exactly
+            fit.update([1.0, nodes, nodes], draft[0] + (draft[1] + draft[2]) * nodes)
         model.live.drafters[name] = fit
     return model
 
@@ -123,6 +124,19 @@ def test_a_drafters_own_cost_shortens_its_drafts():
         for _ in range(10):
             step(ctl, [0], [[1] * 12], [3])
     assert costly.plan([0], [100], 64).budget[0] < free.plan([0], [100], 64).budget[0]
+
+
+def test_a_costly_drafter_measured_at_one_length_is_not_taken_for_free():
+    # Regression: a draft model that always drafted 12 tokens (8 ms, 0.8 of a plain step) gave the fit no
+    # slope; its one-token extrapolation read as free, so it was asked for 12 tokens every step.
+    model = synthetic()
+    fit = LinearFit(3)
+    for _ in range(10):
+        fit.update([1.0, 12, 12], 0.008)
+    model.live.drafters["d"] = fit
+    assert model.live.draft("d", 1, 1) < CHEAP_DRAFT * model.live.verify(1, 1)  # the fit's own guess: free
+    plan = controller(model).plan([0], [100], 64)
+    assert plan.free == [False] and plan.budget[0] < 12
 
 
 def test_plain_rows_probe_again_with_growing_waits():
