@@ -57,7 +57,8 @@ POOLED_DECAY = 0.98
 CHEAP_DRAFT = 0.1
 #: Most steps a row priced as plain stays plain before it is priced again.
 QUIET_STEPS = 8
-#: Looks of a free drafter in a row that verified nothing before the row rests from it, and its rests.
+#: Looks of a free drafter in a row whose drafts were all cut to nothing before the row rests from it, and
+#: its rests (a look that finds nothing to propose is not counted: it costs next to nothing).
 FRUITLESS_LOOKS = 4
 FIRST_REST = 4
 MAX_REST = 16
@@ -348,7 +349,7 @@ class GoodputController:
                 row.rest[name] -= 1
             if resting and len(resting) == len(self.order):
                 # A look is not free (drafting, checking and cutting cost ~2% of a plain step on this CPU):
-                # after FRUITLESS_LOOKS looks that verified nothing the row rests from its free drafter.
+                # after FRUITLESS_LOOKS looks whose drafts were all cut away the row rests from its free drafter.
                 choice.append(None)
                 budgets.append(0)
                 forced.append(0)
@@ -646,7 +647,7 @@ class GoodputController:
             if name is not None and plan.budget[b] > 0:
                 proposed, drafted_nothing = cut.proposed[b], not cut.order[b]
                 row.discarded[name] = row.discarded.get(name, 0) + 1 if proposed and drafted_nothing else 0
-                if name in plan.cheap:
+                if name in plan.cheap and proposed:  # finding nothing to propose costs next to nothing
                     self._count_look(row, name, fruitful=not drafted_nothing)
             if name is None or not cut.order[b]:
                 self.counts["plain_row_steps"] += 1
@@ -697,7 +698,7 @@ class GoodputController:
                 model.observe_overhead(timings["other"])
 
     def _count_look(self, row: _Row, name: str, fruitful: bool) -> None:
-        """A free drafter's look verified something (its rests start short again) or nothing (after
+        """A free drafter's look that proposed something verified some of it (its rests start short again) or none (after
         FRUITLESS_LOOKS such looks in a row the row rests from it, each rest twice the last, up to
         MAX_REST steps)."""
         if fruitful:

@@ -139,6 +139,22 @@ def test_a_costly_drafter_measured_at_one_length_is_not_taken_for_free():
     assert plan.free == [False] and plan.budget[0] < 12
 
 
+def test_a_free_drafter_rests_after_looks_that_are_cut_not_after_finding_nothing():
+    # Looks whose drafts are cut to nothing cost a lookup, a check and a cut every step: the row rests.
+    cut_away = controller(synthetic(), probe_after=1024, max_probe_interval=1024)
+    for _ in range(30):
+        step(cut_away, [0], [[1, 2, 3, 4, 5, 6, 7]], [0])
+    assert cut_away.counts["plain_reasons"].get("free drafter resting after fruitless looks", 0) > 0
+    # Finding nothing to propose (anpd on text that does not repeat) costs next to nothing: no rest, so the
+    # first repetition is seen at once.
+    empty = controller(synthetic(), probe_after=1024, max_probe_interval=1024)
+    for _ in range(30):
+        step(empty, [0], [[]], [0])
+    assert "free drafter resting after fruitless looks" not in empty.counts["plain_reasons"]
+    plan, draft = step(empty, [0], [[1, 2, 3]], [3])
+    assert plan.free == [True] and plan.budget[0] >= 3
+
+
 def test_plain_rows_probe_again_with_growing_waits():
     ctl = controller(synthetic(), probe_after=2, max_probe_interval=8, probe_share=0.03)  # waits set by the interval
     probes = []
