@@ -211,7 +211,7 @@ class DraftModelDrafter(Drafter):
         self._prompts = context.prompts
         self._capacity = max(len(p) for p in context.prompts) + context.max_new_tokens + nodes + 2
         self._rows = context.first_rows
-        self._runner = self._prefilled(self._rows)
+        self._runner = None  # prefilled at the first step that drafts (`prepare`)
         weights = opts.draft_weights or default_weight_format(self.model)
         self._fast = fast_forward_for(self.model, head_tokens=head, weights=weights) if opts.fast_forward else None
         self._last = None
@@ -232,10 +232,21 @@ class DraftModelDrafter(Drafter):
 
     def admit(self, rows: list[int]) -> None:
         """Continuous batching: prefill the joining rows' prompts on the draft model and add them to its
-        cache after the rows it holds (rows that left are dropped at the next `propose`)."""
-        self._runner.append_rows(self._prefilled(rows))
+        cache after the rows it holds (rows that left are dropped at the next `propose`); before the
+        cache exists, only note them (its deferred prefill covers them)."""
+        if self._runner is not None:
+            self._runner.append_rows(self._prefilled(rows))
         self._rows = self._rows + list(rows)
         self._track_memory()
+
+    def prepare(self, state: DecodeState) -> None:
+        """The draft's prefill, deferred from `setup` to the first step that drafts: under the goodput
+        controller a request it never drafts for (long documents the draft cannot predict, a draft as
+        slow as its target) never pays it. Later rows' pending tokens are fed while drafting."""
+        self._sync_rows(state.row_ids)
+        if self._runner is None and int(self._row_depths(state).max()) > 0:
+            self._runner = self._prefilled(self._rows)
+            self._track_memory()
 
     def _scratch(self, ids: torch.Tensor, offset: int, keep: torch.Tensor | None = None,
                  active: torch.Tensor | None = None) -> torch.Tensor:
@@ -298,7 +309,9 @@ class DraftModelDrafter(Drafter):
     # -- drafting ----------------------------------------------------------------------------
     def _sync_rows(self, row_ids: list[int]) -> None:
         """Follow rows leaving the batch: keep the draft cache's rows aligned with the engine's."""
-        if row_ids != self._rows:
+        if row_ids != self._rows and self._runner is None:
+            self._rows = list(row_ids)
+        elif row_ids != self._rows:
             position = {row: index for index, row in enumerate(self._rows)}
             keep = [position[row] for row in row_ids]
             self._runner.select_rows(torch.tensor(keep, dtype=torch.long))
@@ -361,6 +374,7 @@ class DraftModelDrafter(Drafter):
         depths = self._row_depths(state)
         if int(depths.max()) <= 0:
             return Draft.empty(state.batch_size)
+        self.prepare(state)  # a no-op when the engine already called it
         runner = self._runner
         runner.set_lengths(torch.minimum(runner.lengths, torch.tensor([len(seq) - 1 for seq in state.sequences])))
         if self.draft_context is not None:

@@ -139,20 +139,25 @@ class AutoDrafter(Drafter):
         drafts = self.propose_members(state, choice, budget)
         return self.merge([drafts.get(name) if name is not None else None for name in choice], batch)
 
+    def prepare(self, state: DecodeState) -> None:
+        """Each member chosen for some row this step prepares (with its own rows' budgets)."""
+        choice = state.draft_choice or [next(iter(self.members))] * state.batch_size
+        budget = state.draft_budget.tolist() if state.draft_budget is not None else [1 << 30] * state.batch_size
+        for name, member in self.members.items():
+            sub = _member_state(state, name, choice, budget)
+            if sub is not None:
+                member.prepare(sub)
+
     def propose_members(self, state: DecodeState, choice: list[str | None], budget: list[int],
                         clock: Callable[[], float] = time.perf_counter) -> dict[str, Draft]:
         """Each member chosen for some row drafts for the whole batch with a zero budget on the other
         rows; returns its draft with those rows emptied. Times (by `clock`) add up per member for the step."""
         drafts: dict[str, Draft] = {}
         for name, member in self.members.items():
-            rows = torch.tensor([c == name for c in choice])
-            if not bool(rows.any()):
+            sub = _member_state(state, name, choice, budget)
+            if sub is None:
                 continue
-            sub = DecodeState(row_ids=state.row_ids, sequences=state.sequences, max_depth=state.max_depth,
-                              sampling=state.sampling, generator=state.generator, target=state.target,
-                              step=state.step, scratch=state.scratch,
-                              draft_budget=torch.where(rows, torch.tensor(budget, dtype=torch.long), 0),
-                              draft_choice=[c if c == name else None for c in choice])
+            rows = torch.tensor([c == name for c in choice])
             started = clock()
             draft = _only_rows(member.propose(sub), rows)
             seconds = clock() - started
@@ -175,6 +180,18 @@ class AutoDrafter(Drafter):
             rows = torch.tensor([c == name for c in choice])
             member.observe(state, _only_rows(draft, rows), _verdict_rows(verdict, rows), committed,
                            extra_logits if bool(rows.any()) else None)
+
+
+def _member_state(state: DecodeState, name: str, choice: list[str | None], budget: list[int]) -> DecodeState | None:
+    """The step as member `name` sees it: a zero budget on the rows chosen for others (None: no row is its)."""
+    rows = torch.tensor([c == name for c in choice])
+    if not bool(rows.any()):
+        return None
+    return DecodeState(row_ids=state.row_ids, sequences=state.sequences, max_depth=state.max_depth,
+                       sampling=state.sampling, generator=state.generator, target=state.target,
+                       step=state.step, scratch=state.scratch,
+                       draft_budget=torch.where(rows, torch.tensor(budget, dtype=torch.long), 0),
+                       draft_choice=[c if c == name else None for c in choice])
 
 
 def _only_rows(draft: Draft, rows: torch.Tensor) -> Draft:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,6 +304,7 @@ class SpeculativeEngine:
                                    target.lengths.tolist())
             state.draft_budget = torch.tensor(plan.budget, dtype=torch.long)
             state.draft_choice = list(plan.choice)
+        prepared, prepared_clock = self._prepare(state, stats, clock)
         c_plan = clock() if clock else 0.0
         if plan is not None:
             draft = self._drafter_call("propose", controller.propose, self.drafter, state, plan)
@@ -391,7 +392,7 @@ class SpeculativeEngine:
         depth_of_nodes = depths[:, 1 : 1 + width] * node_mask
         stats.record_depths(verdict.num_accepted.tolist(),
                             depth_of_nodes.max(dim=1).values.tolist() if width else [0] * batch)
-        stats.draft_time += t1 - t0
+        stats.draft_time += t1 - t0 - prepared
         stats.verify_time += t2 - t1
         stats.other_time += (t3 - t2) + (t4 - t3)
         if controller is not None:
@@ -400,12 +401,21 @@ class SpeculativeEngine:
             drafting = c_proposed - c_plan
             controller.observe(plan, cut, verdict, {
                 "verify": (c3 - c1) if self.device.type == "cuda" else (c2 - c1),
-                "other": (c3 - c2) + (c4 - c3) + (c_plan - c0) + (c1 - c_proposed),
+                "other": (c3 - c2) + (c4 - c3) + (c_plan - c0 - prepared_clock) + (c1 - c_proposed),
                 "draft": drafting, "draft_by_member": self._draft_costs(draft_before_cut, drafting)})
             if finished:
                 controller.forget([row for row in state.row_ids if row not in finished])
             stats.other_time += time.perf_counter() - t4  # the controller's own learning
         return finished
+
+    def _prepare(self, state: DecodeState, stats: GenerationStats,
+                 clock: Callable[[], float] | None) -> tuple[float, float]:
+        """The drafter's one-off work before this step's draft (`Drafter.prepare`), counted as setup
+        CPU time. Returns its wall seconds and its seconds by the controller's clock."""
+        cpu, wall, started = time.process_time(), time.perf_counter(), clock() if clock else 0.0
+        self._drafter_call("prepare", self.drafter.prepare, state)
+        stats.setup_cpu_time += time.process_time() - cpu
+        return time.perf_counter() - wall, (clock() - started) if clock else 0.0
 
     def _draft_costs(self, draft: Draft, seconds: float) -> dict[str, tuple[int, int, float]]:
         """(levels, nodes, seconds) of each drafter's propose this step, for its cost fit."""

@@ -127,6 +127,12 @@ class Drafter(ABC):
         per-row state is keyed by row id and built lazily needs nothing here; one that prepared only
         `context.first_rows` in `setup` (a draft model's cache) prepares these now."""
 
+    def prepare(self, state: DecodeState) -> None:  # noqa: B027 - optional hook
+        """Called before each `propose` (with the controller's budgets set): one-off work this step's
+        draft needs, e.g. a draft model's prefill deferred until a row is first asked to draft. Its time
+        counts as setup, not as the drafter's per-step cost (which the goodput controller learns from),
+        and a request the controller never drafts for never pays it."""
+
     def finish(self) -> None:  # noqa: B027 - optional hook
         """Release per-generation resources (caches); called even when generation fails."""
 

@@ -12,6 +12,7 @@ from specdec.drafters.draft_model import DraftModelDrafter, tree_levels
 from specdec.drafters.draft_schedule import ConfidenceExit, HeuristicLength
 
 import specdec
+from specdec.costs import CostModel, LinearFit
 from specdec.errors import DrafterError, PluginOptionsError
 from specdec.sampling import SamplingParams, process_logits
 
@@ -445,3 +446,33 @@ def test_fast_forward_rope_table_matches_the_rotary_module():
         ref_cos, ref_sin = model.model.rotary_emb(hidden, positions)
         torch.testing.assert_close(cos[:, :, 0], ref_cos, atol=0, rtol=0)
         torch.testing.assert_close(sin[:, :, 0], ref_sin, atol=0, rtol=0)
+
+
+def slow_draft_costs() -> CostModel:
+    """A cost model in which every draft_model draft has been measured at a second: never worth asking."""
+    costs = CostModel("cpu")
+    slow = LinearFit(3)
+    for nodes in (1, 2, 4, 8):
+        slow.update([1.0, nodes, nodes], 1.0)
+    costs.live.drafters["draft_model"] = slow
+    return costs
+
+
+def test_prefill_waits_for_the_first_draft(target, close_draft, expected):
+    # The controller never asks a draft measured far too slow: its cache is never prefilled.
+    out = specdec.generate(target, PROMPTS[2], drafter="draft_model", drafter_options=dict(model=close_draft),
+                           max_new_tokens=NEW, cost_model=slow_draft_costs())
+    assert out.sequences == [expected[2]]
+    assert out.stats.no_draft_row_steps == out.stats.steps
+    assert out.stats.drafter_stats["draft_cache_peak_bytes"] == 0
+    assert out.stats.drafter_stats["draft_forwards"] == 0
+    # Rows joining a batch before any draft (continuous batching) are only noted, and still never prefilled.
+    out = specdec.generate(target, PROMPTS, drafter="draft_model", drafter_options=dict(model=close_draft),
+                           max_new_tokens=NEW, max_batch_size=2, cost_model=slow_draft_costs())
+    assert out.sequences == expected
+    assert out.stats.drafter_stats["draft_cache_peak_bytes"] == 0
+    # Asked to draft, it prefills at its first draft (timed as setup) and the output is the same.
+    out = specdec.generate(target, PROMPTS[2], drafter="draft_model", drafter_options=dict(model=close_draft),
+                           max_new_tokens=NEW, cost_model=CostModel("cpu"))
+    assert out.sequences == [expected[2]]
+    assert out.stats.drafter_stats["draft_cache_peak_bytes"] > 0 and out.stats.drafted_tokens > 0
