@@ -99,6 +99,7 @@ class _Items:
     member: str | None = None
     weight: float = 1.0  # what this row's tokens are worth (static batches: rows behind count most)
     context: float | None = None  # tokens in the row's cache: extra inputs cost more behind a long one
+    lag: float = 0.0  # tokens committed since the drafter last drafted this row (its catch-up)
 
 
 @dataclass
@@ -118,6 +119,7 @@ class Plan:
     cheap: frozenset[str] = frozenset()
     weights: list[float] = field(default_factory=list)  # live batches: what a token of each row is worth
     contexts: list[float] = field(default_factory=list)  # tokens in each row's cache
+    lags: dict[str, float] = field(default_factory=dict)  # per drafter: its rows' catch-up tokens this step
 
 
 @dataclass
@@ -149,6 +151,9 @@ class _Row:
     rest: dict[str, int] = field(default_factory=dict)  # steps a free drafter is not asked to look
     rest_wait: dict[str, int] = field(default_factory=dict)  # its next rest (doubles while looks stay fruitless)
     largest: dict[str, int] = field(default_factory=dict)  # most nodes the drafter proposed here so far
+    # Tokens committed since the drafter last drafted this row (at first, the whole prompt): what a drafter
+    # that keeps a cache of its own (a draft model) must feed before it drafts again.
+    lag: dict[str, float] = field(default_factory=dict)
     pace: float = 1.0  # recent tokens committed per step (static batches weigh rows by steps left)
     quiet: int = 0  # steps left in which the row decodes plainly without being priced again
 
@@ -276,7 +281,8 @@ class GoodputController:
         count = max(0, min(cap, row.largest.get(name, 16) + 2))
         probs = row.estimates[name].probs(count)
         size = 1 + int(round(row.node_extras[name]))
-        return _Items(probs, [size] * count, int(round(row.root_extras[name])), member=name, context=context)
+        return _Items(probs, [size] * count, int(round(row.root_extras[name])), member=name, context=context,
+                      lag=row.lag.get(name, 0.0))
 
     # -- before drafting -------------------------------------------------------------------------
     def _cheap_drafters(self) -> set[str]:
@@ -304,7 +310,9 @@ class GoodputController:
         context = items.context
         plain = table.verify(1, 1, packed, context) + self._overhead()
         inputs = 1 + items.base + sum(items.sizes[:best_one])
-        seconds = (table.draft(items.member, best_one, best_one) + table.verify(1, inputs, packed, context)
+        # A probe pays the drafter's catch-up too (a draft model feeds every token since it last drafted,
+        # at first the whole prompt): behind a long document a probe costs several plain steps.
+        seconds = (table.draft(items.member, best_one, best_one, items.lag) + table.verify(1, inputs, packed, context)
                    + self._overhead())
         if items.base:
             seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
@@ -338,6 +346,8 @@ class GoodputController:
         cheap_names = self._cheap_drafters()
         for row_id, depth, context in zip(row_ids, max_depth, row_contexts):
             row = self._row(row_id)
+            for name in self.order:  # a new row: every drafter has its whole prompt to catch up on
+                row.lag.setdefault(name, float(context or 0.0))
             cap = max(0, min(cap_all, int(depth)))
             pending, row.pending = row.pending, None
             look.append(None)
@@ -455,8 +465,13 @@ class GoodputController:
                 if kept == 0:
                     choice[b] = None
                     self._reason("batch: other rows' nodes pay better")
+        lags: dict[str, float] = {}
+        for row_id, name, budget, looked, look_nodes in zip(row_ids, choice, budgets, look, look_budget):
+            for drafter, asked in ((name, budget), (looked, look_nodes)):
+                if drafter is not None and asked > 0:
+                    lags[drafter] = lags.get(drafter, 0.0) + self.rows[row_id].lag.get(drafter, 0.0)
         return Plan(choice, budgets, [f > 0 for f in forced], forced, free, look, look_budget, rate,
-                    frozenset(cheap_names), weights, [c for c in row_contexts if c is not None])
+                    frozenset(cheap_names), weights, [c for c in row_contexts if c is not None], lags)
 
     def _reason(self, why: str) -> None:
         reasons = self.counts["plain_reasons"]
@@ -642,8 +657,12 @@ class GoodputController:
             name = plan.choice[b]
             self.counts["row_steps"] += 1
             row.pace = 0.8 * row.pace + 0.2 * (counts[b] + 1)
+            asked = {name if plan.budget[b] > 0 else None,
+                     plan.look[b] if plan.look and plan.look_budget[b] > 0 else None}
             for other in self.order:
                 row.since[other] += 1
+                # A drafter asked to draft caught up with every token before this step's.
+                row.lag[other] = (0.0 if other in asked else row.lag.get(other, 0.0)) + counts[b] + 1
             if name is not None and plan.budget[b] > 0:
                 proposed, drafted_nothing = cut.proposed[b], not cut.order[b]
                 row.discarded[name] = row.discarded.get(name, 0) + 1 if proposed and drafted_nothing else 0
@@ -693,7 +712,7 @@ class GoodputController:
                 context = sum(plan.contexts) / len(plan.contexts) if plan.contexts else None
                 model.observe_verify(batch, cut.inputs, self.packed, timings["verify"], context)
             for name, (levels, nodes, seconds) in timings.get("draft_by_member", {}).items():
-                model.observe_draft(name, levels, nodes, seconds)
+                model.observe_draft(name, levels, nodes, seconds, plan.lags.get(name, 0.0))
             if timings.get("other") is not None:
                 model.observe_overhead(timings["other"])
 

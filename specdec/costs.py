@@ -49,6 +49,8 @@ LONG_TOKENS = 4096
 #: Drift beyond this factor (observed / measured, smoothed) at the end of a call re-measures the curves
 #: at the next one; smaller drifts are absorbed by the smoothed scale and per-width corrections.
 REMEASURE_DRIFT = 2.0
+#: A drafter's cost is fitted on [1, levels, nodes, lag] (see `CostTable.draft`).
+DRAFT_FEATURES = 4
 
 
 def cost_clock(device: torch.device | str) -> Callable[[], float]:
@@ -153,7 +155,7 @@ class CostTable:
     scale: dict[bool, float] = field(default_factory=dict)  # observed / measured, smoothed, per packing
     # What the scale leaves, per (packed, bucket, grid point): e.g. trees cost more than the chains measured.
     corrections: dict[tuple[bool, int, int], float] = field(default_factory=dict)
-    drafters: dict[str, LinearFit] = field(default_factory=dict)  # seconds ~ [1, levels, nodes]
+    drafters: dict[str, LinearFit] = field(default_factory=dict)  # seconds ~ [1, levels, nodes, lag]
     overhead: float = 0.0  # engine seconds per step outside draft and verify
     overhead_samples: int = 0
     acceptance: dict[str, Any] = field(default_factory=dict)  # pooled acceptance per drafter (priors)
@@ -183,12 +185,13 @@ class CostTable:
             return 1.0
         return self.corrections.get((packed, curve.batch, nearest(curve.extras, extra)), 1.0)
 
-    def draft(self, name: str, levels: float, nodes: float) -> float:
-        """Seconds of a drafter's propose that drafts `nodes` nodes over `levels` tree levels (0: nothing)."""
+    def draft(self, name: str, levels: float, nodes: float, lag: float = 0.0) -> float:
+        """Seconds of a drafter's propose that drafts `nodes` nodes over `levels` tree levels (0: nothing),
+        for rows that committed `lag` tokens since it last drafted them (a draft model feeds them first)."""
         fit = self.drafters.get(name)
         if fit is None or nodes <= 0:
             return 0.0
-        return fit.predict((1.0, levels, nodes))
+        return fit.predict((1.0, levels, nodes, lag))
 
     def draft_mean(self, name: str) -> float | None:
         """Seconds of the drafter's drafts so far (decayed mean over whatever sizes it drafted), None
@@ -304,11 +307,13 @@ class CostModel:
             if abs(math.log(scale)) > math.log(REMEASURE_DRIFT):
                 self.stale.add(packed)
 
-    def observe_draft(self, name: str, levels: int, nodes: int, seconds: float) -> None:
+    def observe_draft(self, name: str, levels: int, nodes: int, seconds: float, lag: float = 0.0) -> None:
+        """One propose of `name`: its size, its seconds, and the tokens its rows committed since it last
+        drafted them (the catch-up a drafter with its own cache pays; ~0 seconds for a lookup)."""
         if nodes <= 0:
             return
-        fit = self.live.drafters.setdefault(name, LinearFit(3))
-        fit.update([1.0, float(levels), float(nodes)], seconds)
+        fit = self.live.drafters.setdefault(name, LinearFit(DRAFT_FEATURES))
+        fit.update([1.0, float(levels), float(nodes), float(lag)], seconds)
 
     def observe_overhead(self, seconds: float) -> None:
         table = self.live

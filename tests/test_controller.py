@@ -10,7 +10,7 @@ from conftest import tiny_model
 import specdec
 from specdec.acceptance import RowAcceptance
 from specdec.controller import CHEAP_DRAFT, ControllerOptions, GoodputController, Member
-from specdec.costs import CostModel, CostTable, LinearFit, VerifyCurve, cost_model_for
+from specdec.costs import DRAFT_FEATURES, CostModel, CostTable, LinearFit, VerifyCurve, cost_model_for
 from specdec.draft import Draft, ExtraSlots, Verdict
 
 # A CPU-like verification curve at batch 1: one input 10 ms, 2-9 inputs 14 ms, then +1 ms per 8 inputs.
@@ -25,9 +25,9 @@ def synthetic(curve=CPU_LIKE, batch: int = 1, draft: tuple[float, float, float] 
     if batch != 1:
         model.live.curves[(True, 1)] = VerifyCurve(1, GRID, tuple(curve))
     if draft is not None:
-        fit = LinearFit(3)
+        fit = LinearFit(DRAFT_FEATURES)
         for nodes in (1, 2, 3, 5, 8) * 4:  # measured drafts of several lengths, costing `draft` exactly
-            fit.update([1.0, nodes, nodes], draft[0] + (draft[1] + draft[2]) * nodes)
+            fit.update([1.0, nodes, nodes, 0.0], draft[0] + (draft[1] + draft[2]) * nodes)
         model.live.drafters[name] = fit
     return model
 
@@ -130,9 +130,9 @@ def test_a_costly_drafter_measured_at_one_length_is_not_taken_for_free():
     # Regression: a draft model that always drafted 12 tokens (8 ms, 0.8 of a plain step) gave the fit no
     # slope; its one-token extrapolation read as free, so it was asked for 12 tokens every step.
     model = synthetic()
-    fit = LinearFit(3)
+    fit = LinearFit(DRAFT_FEATURES)
     for _ in range(10):
-        fit.update([1.0, 12, 12], 0.008)
+        fit.update([1.0, 12, 12, 1.0], 0.008)
     model.live.drafters["d"] = fit
     assert model.live.draft("d", 1, 1) < CHEAP_DRAFT * model.live.verify(1, 1)  # the fit's own guess: free
     plan = controller(model).plan([0], [100], 64)
@@ -153,6 +153,30 @@ def test_a_free_drafter_rests_after_looks_that_are_cut_not_after_finding_nothing
     assert "free drafter resting after fruitless looks" not in empty.counts["plain_reasons"]
     plan, draft = step(empty, [0], [[1, 2, 3]], [3])
     assert plan.free == [True] and plan.budget[0] >= 3
+
+
+def test_probes_wait_longer_for_a_drafter_that_must_catch_up_first():
+    # A draft model feeds every token committed since it last drafted (at first the whole prompt): behind
+    # a long document one probe costs several plain steps, so probes there come rarely.
+    model = synthetic()
+    fit = LinearFit(DRAFT_FEATURES)
+    for nodes, lag in [(1, 0), (2, 5), (4, 1000), (3, 400), (1, 50), (8, 2)] * 4:
+        fit.update([1.0, nodes, nodes, lag], 0.001 * nodes + 0.00005 * lag)
+    model.live.drafters["d"] = fit
+    assert model.live.draft("d", 1, 1, 2000) == pytest.approx(0.101, rel=0.05)
+
+    def probes_of_a_new_row(context: int) -> int:
+        ctl = controller(model, probe_after=1, max_probe_interval=1024)
+        probes = 0
+        for row, steps in ((0, 100), (1, 200)):  # row 0's failures make the drafter's prior hopeless
+            for _ in range(steps):
+                plan = ctl.plan([row], [1000], 64, contexts=[10 if row == 0 else context])
+                draft, cut = ctl.cut(chain([list(range(1, 8))[: plan.budget[0]]]), plan, 0.0)
+                ctl.observe(plan, cut, verdict([0], draft.width), {})
+                probes += row == 1 and plan.probe[0]
+        return probes
+
+    assert probes_of_a_new_row(2000) < probes_of_a_new_row(10) and probes_of_a_new_row(10) >= 2
 
 
 def test_plain_rows_probe_again_with_growing_waits():

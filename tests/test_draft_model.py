@@ -12,7 +12,7 @@ from specdec.drafters.draft_model import DraftModelDrafter, tree_levels
 from specdec.drafters.draft_schedule import ConfidenceExit, HeuristicLength
 
 import specdec
-from specdec.costs import CostModel, LinearFit
+from specdec.costs import DRAFT_FEATURES, CostModel, LinearFit
 from specdec.errors import DrafterError, PluginOptionsError
 from specdec.sampling import SamplingParams, process_logits
 
@@ -451,9 +451,9 @@ def test_fast_forward_rope_table_matches_the_rotary_module():
 def slow_draft_costs() -> CostModel:
     """A cost model in which every draft_model draft has been measured at a second: never worth asking."""
     costs = CostModel("cpu")
-    slow = LinearFit(3)
+    slow = LinearFit(DRAFT_FEATURES)
     for nodes in (1, 2, 4, 8):
-        slow.update([1.0, nodes, nodes], 1.0)
+        slow.update([1.0, nodes, nodes, 0.0], 1.0)
     costs.live.drafters["draft_model"] = slow
     return costs
 
