@@ -359,7 +359,8 @@ class GoodputController:
                 row.rest[name] -= 1
             if resting and len(resting) == len(self.order):
                 # A look is not free (drafting, checking and cutting cost ~2% of a plain step on this CPU):
-                # after FRUITLESS_LOOKS looks whose drafts were all cut away the row rests from its free drafter.
+                # after FRUITLESS_LOOKS looks whose drafts were all cut away, the row rests from its free
+                # drafter.
                 choice.append(None)
                 budgets.append(0)
                 forced.append(0)
@@ -717,9 +718,9 @@ class GoodputController:
                 model.observe_overhead(timings["other"])
 
     def _count_look(self, row: _Row, name: str, fruitful: bool) -> None:
-        """A free drafter's look that proposed something verified some of it (its rests start short again) or none (after
-        FRUITLESS_LOOKS such looks in a row the row rests from it, each rest twice the last, up to
-        MAX_REST steps)."""
+        """A free drafter's look that proposed something verified some of it (its rests start short again)
+        or none (after FRUITLESS_LOOKS such looks in a row the row rests from it, each rest twice the last,
+        up to MAX_REST steps)."""
         if fruitful:
             row.fruitless[name] = 0
             row.rest_wait[name] = FIRST_REST
