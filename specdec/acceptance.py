@@ -61,10 +61,17 @@ class RowAcceptance:
             return min(1.0, self.score_mean[position])
         return _prior(self.prior, position)
 
-    def conditional(self, position: int) -> float:
+    def conditional(self, position: int, extends_chain: bool = True) -> float:
+        """c[position]. A position this row has not verified yet, extending a chain past the deepest one it
+        has, is taken as no less likely than that deepest one: otherwise a pessimistic prior there (pooled
+        from other text) is never verified, so never corrected, and the row's drafts stay short for good
+        (layer_skip accepting 4 of 4 every step was held at 4 by a pooled 0.48 at the fifth node)."""
         if position < len(self.trials):
             return self.hits[position] / self.trials[position]
-        return self._start(position)
+        start = self._start(position)
+        if extends_chain and self.trials:
+            return max(start, self.hits[-1] / self.trials[-1])
+        return start
 
     def probs(self, count: int) -> list[float]:
         """P(accepted) of a chain's first `count` nodes."""
@@ -80,7 +87,7 @@ class RowAcceptance:
         the root, always earlier); `scores` their conditional scores, when the drafter gives some."""
         out: list[float] = []
         for i, parent in enumerate(parents):
-            c = self.conditional(i)
+            c = self.conditional(i, extends_chain=parent == i - 1)
             if scores is not None and i < len(self.score_mean) and self.score_mean[i] > 0:
                 # Damped: a score twice the usual one makes acceptance likelier, not twice as likely.
                 c = min(1.0, c * min(2.0, max(0.5, (scores[i] / self.score_mean[i]) ** 0.5)))
