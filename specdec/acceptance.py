@@ -61,33 +61,38 @@ class RowAcceptance:
             return min(1.0, self.score_mean[position])
         return _prior(self.prior, position)
 
-    def conditional(self, position: int, extends_chain: bool = True) -> float:
-        """c[position]. A position this row has not verified yet, extending a chain past the deepest one it
-        has, is taken as no less likely than that deepest one: otherwise a pessimistic prior there (pooled
-        from other text) is never verified, so never corrected, and the row's drafts stay short for good
-        (layer_skip accepting 4 of 4 every step was held at 4 by a pooled 0.48 at the fifth node)."""
+    def conditional(self, position: int, explore: bool = False) -> float:
+        """c[position]. With `explore`, a position this row has not verified yet (extending a chain past the
+        deepest one it has) is taken as no less likely than that deepest one: a drafter whose length is
+        planned before drafting (a draft model, layer_skip) otherwise never drafts a position whose pooled
+        prior is pessimistic, so never corrects it (layer_skip accepting 4 of 4 every step was held at 4 by a
+        pooled 0.48 at the fifth node). A free drafter (anpd) proposes every position anyway and is cut by
+        its scores; exploring there verified longer losing tails (mt_bench 0.91 of its constant rule
+        instead of 0.96)."""
         if position < len(self.trials):
             return self.hits[position] / self.trials[position]
         start = self._start(position)
-        if extends_chain and self.trials:
+        if explore and self.trials:
             return max(start, self.hits[-1] / self.trials[-1])
         return start
 
-    def probs(self, count: int) -> list[float]:
-        """P(accepted) of a chain's first `count` nodes."""
+    def probs(self, count: int, explore: bool = False) -> list[float]:
+        """P(accepted) of a chain's first `count` nodes (`explore`: see `conditional`)."""
         out: list[float] = []
         p = 1.0
         for i in range(count):
-            p *= self.conditional(i)
+            p *= self.conditional(i, explore)
             out.append(p)
         return out
 
-    def node_probs(self, parents: Sequence[int], scores: Sequence[float] | None = None) -> list[float]:
+    def node_probs(self, parents: Sequence[int], scores: Sequence[float] | None = None,
+                   explore: bool = False) -> list[float]:
         """P(accepted) of nodes in position order; `parents[i]` is the position of node i's parent (-1:
-        the root, always earlier); `scores` their conditional scores, when the drafter gives some."""
+        the root, always earlier); `scores` their conditional scores, when the drafter gives some;
+        `explore`: see `conditional` (chain extensions only, never a sibling)."""
         out: list[float] = []
         for i, parent in enumerate(parents):
-            c = self.conditional(i, extends_chain=parent == i - 1)
+            c = self.conditional(i, explore and parent == i - 1)
             if scores is not None and i < len(self.score_mean) and self.score_mean[i] > 0:
                 # Damped: a score twice the usual one makes acceptance likelier, not twice as likely.
                 c = min(1.0, c * min(2.0, max(0.5, (scores[i] / self.score_mean[i]) ** 0.5)))

@@ -277,9 +277,9 @@ class GoodputController:
             rates.append(tokens / max(draft + table.verify(1, inputs, packed, items.context) + overhead, 1e-12))
         return rates
 
-    def _position_items(self, row: _Row, name: str, cap: int, context: float | None) -> _Items:
+    def _position_items(self, row: _Row, name: str, cap: int, context: float | None, explore: bool) -> _Items:
         count = max(0, min(cap, row.largest.get(name, 16) + 2))
-        probs = row.estimates[name].probs(count)
+        probs = row.estimates[name].probs(count, explore)
         size = 1 + int(round(row.node_extras[name]))
         return _Items(probs, [size] * count, int(round(row.root_extras[name])), member=name, context=context,
                       lag=row.lag.get(name, 0.0))
@@ -392,7 +392,7 @@ class GoodputController:
                 continue
             options: dict[str, tuple[_Items, int, float, int]] = {}
             for name in self.order if cap else ():
-                items = self._position_items(row, name, cap, context)
+                items = self._position_items(row, name, cap, context, explore=name not in cheap_names)
                 rates = self._prefix_rates(items)
                 keep = max(range(len(rates)), key=rates.__getitem__)
                 best_one = max(range(1, len(rates)), key=rates.__getitem__) if len(rates) > 1 else 0
@@ -518,7 +518,8 @@ class GoodputController:
                 items_rows.append(_Items([], [], root if name is not None else 0, member=name))
                 continue
             order, up, probs = self._rank(b, name, n, parents[b], scores_all[b] if scores_all else None,
-                                          (scoring or {}).get(name, True), observe=True)
+                                          (scoring or {}).get(name, True), observe=True,
+                                          explore=name not in plan.cheap)
             ups.append(up)
             orders.append(order)
             member = self.members[name]
@@ -569,9 +570,9 @@ class GoodputController:
         return cut_draft, Cut(orders, ups, counts, root_extras, node_extras, engaged.tolist(), expected)
 
     def _rank(self, b: int, name: str, n: int, parents: list[int], scores: list[float] | None, scored: bool,
-              observe: bool = False) -> tuple[list[int], list[int], list[float]]:
+              observe: bool = False, explore: bool = False) -> tuple[list[int], list[int], list[float]]:
         """Row b's n proposed nodes in the order they may be kept (best score first, else node order),
-        each one's parent position, and their acceptance estimates."""
+        each one's parent position, and their acceptance estimates (`explore`: RowAcceptance.conditional)."""
         estimate = self._row_by_index(b).estimates[name]
         if scores is not None and scored and not self.members[name].stochastic:
             effective = _monotone(scores[:n], parents[:n])
@@ -581,14 +582,14 @@ class GoodputController:
             conditional = [effective[node] / effective[parents[node]]
                            if parents[node] >= 0 and effective[parents[node]] > 0 else effective[node]
                            for node in order]
-            probs = estimate.node_probs(up, conditional)
+            probs = estimate.node_probs(up, conditional, explore)
             if observe:
                 estimate.observe_scores(conditional)
                 if self.live:
                     self.pooled[name].observe_scores(conditional)
             return order, up, probs
         up = [parent if parent >= 0 else -1 for parent in parents[:n]]
-        return list(range(n)), up, estimate.node_probs(up)
+        return list(range(n)), up, estimate.node_probs(up, explore=explore)
 
     def propose(self, drafter: Any, state: Any, plan: Plan) -> Draft:
         """The step's draft. With drafter="auto", free drafters (n-gram lookups) propose first for rows
