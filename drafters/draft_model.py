@@ -245,6 +245,11 @@ class DraftModelDrafter(Drafter):
         slow as its target) never pays it. Later rows' pending tokens are fed while drafting."""
         self._sync_rows(state.row_ids)
         if self._runner is None and int(self._row_depths(state).max()) > 0:
+            self._ensure_cache()
+
+    def _ensure_cache(self) -> None:
+        """Prefill the draft's cache for the rows it holds, if that has not happened yet."""
+        if self._runner is None:
             self._runner = self._prefilled(self._rows)
             self._track_memory()
 
@@ -374,7 +379,7 @@ class DraftModelDrafter(Drafter):
         depths = self._row_depths(state)
         if int(depths.max()) <= 0:
             return Draft.empty(state.batch_size)
-        self.prepare(state)  # a no-op when the engine already called it
+        self._ensure_cache()  # already done when the engine called `prepare`
         runner = self._runner
         runner.set_lengths(torch.minimum(runner.lengths, torch.tensor([len(seq) - 1 for seq in state.sequences])))
         if self.draft_context is not None:

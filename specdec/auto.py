@@ -144,9 +144,9 @@ class AutoDrafter(Drafter):
         choice = state.draft_choice or [next(iter(self.members))] * state.batch_size
         budget = state.draft_budget.tolist() if state.draft_budget is not None else [1 << 30] * state.batch_size
         for name, member in self.members.items():
-            sub = _member_state(state, name, choice, budget)
-            if sub is not None:
-                member.prepare(sub)
+            part = _member_state(state, name, choice, budget)
+            if part is not None:
+                member.prepare(part[0])
 
     def propose_members(self, state: DecodeState, choice: list[str | None], budget: list[int],
                         clock: Callable[[], float] = time.perf_counter) -> dict[str, Draft]:
@@ -154,10 +154,10 @@ class AutoDrafter(Drafter):
         rows; returns its draft with those rows emptied. Times (by `clock`) add up per member for the step."""
         drafts: dict[str, Draft] = {}
         for name, member in self.members.items():
-            sub = _member_state(state, name, choice, budget)
-            if sub is None:
+            part = _member_state(state, name, choice, budget)
+            if part is None:
                 continue
-            rows = torch.tensor([c == name for c in choice])
+            sub, rows = part
             started = clock()
             draft = _only_rows(member.propose(sub), rows)
             seconds = clock() - started
@@ -182,8 +182,10 @@ class AutoDrafter(Drafter):
                            extra_logits if bool(rows.any()) else None)
 
 
-def _member_state(state: DecodeState, name: str, choice: list[str | None], budget: list[int]) -> DecodeState | None:
-    """The step as member `name` sees it: a zero budget on the rows chosen for others (None: no row is its)."""
+def _member_state(state: DecodeState, name: str, choice: list[str | None], budget: list[int]
+                  ) -> tuple[DecodeState, torch.Tensor] | None:
+    """The step as member `name` sees it (a zero budget on the rows chosen for others) and the mask of its
+    rows; None when no row is its."""
     rows = torch.tensor([c == name for c in choice])
     if not bool(rows.any()):
         return None
@@ -191,7 +193,7 @@ def _member_state(state: DecodeState, name: str, choice: list[str | None], budge
                        sampling=state.sampling, generator=state.generator, target=state.target,
                        step=state.step, scratch=state.scratch,
                        draft_budget=torch.where(rows, torch.tensor(budget, dtype=torch.long), 0),
-                       draft_choice=[c if c == name else None for c in choice])
+                       draft_choice=[c if c == name else None for c in choice]), rows
 
 
 def _only_rows(draft: Draft, rows: torch.Tensor) -> Draft:

@@ -188,11 +188,13 @@ class GoodputController:
                 else RowAcceptance(decay=POOLED_DECAY)
 
     # -- per-row state ---------------------------------------------------------------------------
-    def _row(self, row_id: int) -> _Row:
+    def _row(self, row_id: int, context: float | None = None) -> _Row:
+        """Row `row_id`'s state, created on first sight; `context`: the tokens in its cache then."""
         row = self.rows.get(row_id)
         if row is None:
             row = _Row()
             for name in self.order:
+                row.lag[name] = float(context or 0.0)  # every drafter has the whole prompt to catch up on
                 row.estimates[name] = self.pooled[name].fork(PRIOR_WEIGHT, DECAY)
                 row.since[name] = 0
                 row.interval[name] = self.options.probe_after
@@ -345,9 +347,7 @@ class GoodputController:
         margin = 1.0 - self.options.switch_margin
         cheap_names = self._cheap_drafters()
         for row_id, depth, context in zip(row_ids, max_depth, row_contexts):
-            row = self._row(row_id)
-            for name in self.order:  # a new row: every drafter has its whole prompt to catch up on
-                row.lag.setdefault(name, float(context or 0.0))
+            row = self._row(row_id, context)
             cap = max(0, min(cap_all, int(depth)))
             pending, row.pending = row.pending, None
             look.append(None)

@@ -113,6 +113,8 @@ class SpeculativeEngine:
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() \
             is not None else int(model.config.vocab_size)
         self.context = context_length(model)
+        # Only drafters that override the optional hook are called (and timed) before each propose.
+        self._prepares = type(drafter).prepare is not Drafter.prepare
 
     def _drafter_call(self, what: str, fn, *args):
         try:
@@ -412,6 +414,8 @@ class SpeculativeEngine:
                  clock: Callable[[], float] | None) -> tuple[float, float]:
         """The drafter's one-off work before this step's draft (`Drafter.prepare`), counted as setup
         CPU time. Returns its wall seconds and its seconds by the controller's clock."""
+        if not self._prepares:
+            return 0.0, 0.0
         cpu, wall, started = time.process_time(), time.perf_counter(), clock() if clock else 0.0
         self._drafter_call("prepare", self.drafter.prepare, state)
         stats.setup_cpu_time += time.process_time() - cpu

@@ -195,7 +195,8 @@ def test_probes_wait_longer_for_a_drafter_that_must_catch_up_first():
                 probes += row == 1 and plan.probe[0]
         return probes
 
-    assert probes_of_a_new_row(2000) < probes_of_a_new_row(10) and probes_of_a_new_row(10) >= 2
+    short = probes_of_a_new_row(10)
+    assert probes_of_a_new_row(2000) < short and short >= 2
 
 
 def test_plain_rows_probe_again_with_growing_waits():
