@@ -55,8 +55,14 @@ from .validation import keep_nodes
 POOLED_DECAY = 0.98
 #: A drafter whose one-node draft costs at most this share of a plain step proposes all it can every step.
 CHEAP_DRAFT = 0.1
-#: Most steps a row priced as plain stays plain before it is priced again.
-QUIET_STEPS = 8
+#: Most steps a row priced as plain stays plain before it is priced again (sooner when a probe is due);
+#: BATCH_QUIET_STEPS when the batch's joint pricing, not the row's own, made it plain (the batch changes).
+QUIET_STEPS = 32
+BATCH_QUIET_STEPS = 4
+#: Steps whose timings are kept before the cost model learns from them in one go (live calls). Learning
+#: right after a forward runs cold (the forward evicted the caches): ~50 us a step on this CPU, 0.5% of a
+#: plain step, against a few us per step in a batch. A drafter's first timing is learnt at once.
+LEARN_EVERY = 8
 #: Looks of a free drafter in a row whose drafts were all cut to nothing before the row rests from it, and
 #: its rests (a look that finds nothing to propose is not counted: it costs next to nothing).
 FRUITLESS_LOOKS = 4
@@ -120,6 +126,7 @@ class Plan:
     weights: list[float] = field(default_factory=list)  # live batches: what a token of each row is worth
     contexts: list[float] = field(default_factory=list)  # tokens in each row's cache
     lags: dict[str, float] = field(default_factory=dict)  # per drafter: its rows' catch-up tokens this step
+    base: float | None = None  # what a plain step is worth in the weights' unit (None: one token a row)
 
 
 @dataclass
@@ -142,6 +149,7 @@ class _Row:
     estimates: dict[str, RowAcceptance] = field(default_factory=dict)
     since: dict[str, int] = field(default_factory=dict)  # steps since the drafter was last verified here
     interval: dict[str, int] = field(default_factory=dict)
+    due: dict[str, float] = field(default_factory=dict)  # `since` at which a probe is next due (last priced)
     root_extras: dict[str, float] = field(default_factory=dict)
     node_extras: dict[str, float] = field(default_factory=dict)
     member: str | None = None  # chosen by rate at the last plan
@@ -156,6 +164,7 @@ class _Row:
     lag: dict[str, float] = field(default_factory=dict)
     pace: float = 1.0  # recent tokens committed per step (static batches weigh rows by steps left)
     quiet: int = 0  # steps left in which the row decodes plainly without being priced again
+    quiet_reason: str = "expected rate below plain decoding"
 
 
 class GoodputController:
@@ -180,6 +189,9 @@ class GoodputController:
         # Per drafter, the extra slots its proposals carried (at the root, per node), for new rows.
         self.pooled_extras: dict[str, tuple[float, float]] = dict(table.extras)
         self._current_ids: list[int] = []
+        self._unlearnt: list[tuple[str, tuple]] = []  # timings the cost model has not learnt yet (live)
+        self._unlearnt_steps = 0
+        self._cheap: frozenset[str] | None = None  # the free drafters, until the cost model learns again
         pooled = table.acceptance
         self.pooled: dict[str, RowAcceptance] = {}
         for name in self.order:
@@ -212,30 +224,47 @@ class GoodputController:
     def _overhead(self) -> float:
         return self.table.overhead
 
-    def _solve(self, rows: list[_Items], batch: int, draft_seconds: float | None) -> list[int]:
-        """Nodes kept per row maximising (rows + sum p) / (draft + verify + overhead). `draft_seconds`
-        None prices drafting per drafter from the kept counts (before drafting); a number is a cost
-        already paid (after drafting)."""
-        table, packed = self.table, self.packed
+    def _per_draft(self) -> float:
+        return self.table.overhead_per_draft
+
+    def _solve(self, rows: list[_Items], batch: int, draft_seconds: float | None, base: float | None = None
+               ) -> list[int]:
+        """Nodes kept per row maximising (base + sum weight * p) / (draft + verify + overhead). `base`: what
+        a plain step is worth (None: the rows' weights, one token each). `draft_seconds` None prices
+        drafting per drafter from the kept counts (before drafting); a number is a cost already paid
+        (after drafting)."""
+        table, packed, overhead, per_draft = self.table, self.packed, self._overhead(), self._per_draft()
         kept = [min(r.forced, len(r.probs)) for r in rows]
-        weights = [r.weight for r in rows]
-        tokens = sum(weights) + sum(w * sum(r.probs[: k]) for r, k, w in zip(rows, kept, weights))
-        widths = [1 + (r.base + sum(r.sizes[: k]) if k else 0) for r, k in zip(rows, kept)]
+        drafting_rows = sum(1 for k in kept if k)
+        tokens = (sum(r.weight for r in rows) if base is None else base) + sum(
+            r.weight * sum(r.probs[:k]) for r, k in zip(rows, kept))
+        widths = [1 + (r.base + sum(r.sizes[:k]) if k else 0) for r, k in zip(rows, kept)]
         levels: dict[str, int] = {}
         nodes: dict[str, int] = {}
         for r, k in zip(rows, kept):
             if k and r.member is not None:
                 levels[r.member] = max(levels.get(r.member, 0), k)
                 nodes[r.member] = nodes.get(r.member, 0) + k
+        lines = {name: table.draft_line(name) for name in self.order}
+        drafting = {name: table.draft(name, levels[name], nodes[name]) for name in nodes}
 
         known = [r.context for r in rows if r.context is not None]
         context = sum(known) / len(known) if known else None
+        # Every input count the search can reach, priced in one call (index: inputs - batch).
+        full = [1 + r.base + sum(r.sizes) if r.probs else w for r, w in zip(rows, widths)]
+        most = sum(full) if packed else batch * max(full)
+        verify = table.verify_from(batch, batch, most - batch + 1, packed, context)
+        total, widest = sum(widths), max(widths)
+        # Least verify cost of any wider step (corrections can make the curve dip): with what is left to
+        # add, it bounds every later rate, so the search stops once no later prefix can win.
+        floor = list(verify)
+        for index in range(len(floor) - 2, -1, -1):
+            floor[index] = min(floor[index], floor[index + 1])
+        left = sum(r.weight * sum(r.probs[k:]) for r, k in zip(rows, kept))
 
         def seconds() -> float:
-            inputs = sum(widths) if packed else batch * max(widths)
-            draft = draft_seconds if draft_seconds is not None else sum(
-                table.draft(name, levels[name], nodes[name]) for name in nodes)
-            return draft + table.verify(batch, inputs, packed, context) + self._overhead()
+            draft = draft_seconds if draft_seconds is not None else sum(drafting.values())
+            return draft + verify[(total if packed else batch * widest) - batch] + overhead + per_draft * drafting_rows
 
         best_rate = tokens / max(seconds(), 1e-12)
         best_kept = list(kept)
@@ -255,28 +284,42 @@ class GoodputController:
             _, index, k = heapq.heappop(heap)
             r = rows[index]
             tokens += r.weight * r.probs[k]
-            widths[index] += r.sizes[k] + (r.base if k == 0 else 0)
+            left -= r.weight * r.probs[k]
+            grown = r.sizes[k] + (r.base if k == 0 else 0)
+            widths[index] += grown
+            total += grown
+            widest = max(widest, widths[index])
+            drafting_rows += k == 0
             kept[index] = k + 1
-            if r.member is not None:
+            if r.member is not None and draft_seconds is None:
                 levels[r.member] = max(levels.get(r.member, 0), k + 1)
                 nodes[r.member] = nodes.get(r.member, 0) + 1
+                constant, per_level, per_node, _ = lines[r.member]
+                drafting[r.member] = max(0.0, constant + per_level * levels[r.member] + per_node * nodes[r.member])
             rate = tokens / max(seconds(), 1e-12)
             if rate > best_rate:
                 best_rate, best_kept = rate, list(kept)
+            inputs = total if packed else batch * widest
+            least = (draft_seconds or 0.0) + floor[inputs - batch] + overhead + per_draft * drafting_rows
+            if tokens + left <= best_rate * least:
+                break
             push(index)
         return best_kept
 
     def _prefix_rates(self, items: _Items) -> list[float]:
         """Rate of one row alone (batch 1) keeping its first k nodes, for k = 0..len: member choice,
         probes and every frozen decision."""
-        table, packed, overhead = self.table, self.packed, self._overhead()
-        rates = [1.0 / max(table.verify(1, 1, packed, items.context) + overhead, 1e-12)]
+        table, overhead = self.table, self._overhead()
+        verify = table.verify_from(1, 1, 1 + items.base + sum(items.sizes), self.packed, items.context)
+        drafted = overhead + self._per_draft()
+        count = len(items.probs)
+        draft = table.draft_chain(items.member, count + 1) if items.member else [0.0] * (count + 1)
+        rates = [1.0 / max(verify[0] + overhead, 1e-12)]
         tokens, inputs = 1.0, 1 + items.base
         for k, (p, size) in enumerate(zip(items.probs, items.sizes), start=1):
             tokens += p
             inputs += size
-            draft = table.draft(items.member, k, k) if items.member else 0.0
-            rates.append(tokens / max(draft + table.verify(1, inputs, packed, items.context) + overhead, 1e-12))
+            rates.append(tokens / max(draft[k] + verify[inputs - 1] + drafted, 1e-12))
         return rates
 
     def _position_items(self, row: _Row, name: str, cap: int, context: float | None, explore: bool) -> _Items:
@@ -287,10 +330,13 @@ class GoodputController:
                       lag=row.lag.get(name, 0.0))
 
     # -- before drafting -------------------------------------------------------------------------
-    def _cheap_drafters(self) -> set[str]:
+    def _cheap_drafters(self) -> frozenset[str]:
         """Drafters whose one-node draft costs almost nothing to make (a lookup): they propose all they
         can every step and the cut after drafting sees what they offer and decides (unless they add
-        inputs of their own to the forward, which a free look would pay for)."""
+        inputs of their own to the forward, which a free look would pay for). Worked out again only
+        after the cost model has learnt (`_learn`)."""
+        if self._cheap is not None:
+            return self._cheap
         limit = CHEAP_DRAFT * self.table.verify(1, 1, self.packed)
         # Judged by what its drafts cost as drafted, not by the fit's guess at a one-node draft: a drafter
         # that always drafted the same length gives the fit no slope, and its one-node extrapolation can be
@@ -302,7 +348,8 @@ class GoodputController:
             mean = self.table.draft_mean(name)
             if not self.members[name].stochastic and (mean is None or mean <= limit):
                 cheap.add(name)
-        return cheap
+        self._cheap = frozenset(cheap)
+        return self._cheap
 
     def _probe_wait(self, option: tuple[_Items, int, float, int]) -> float:
         """Steps to wait before probing a drafter, so that probes expected to lose cost at most
@@ -315,7 +362,7 @@ class GoodputController:
         # A probe pays the drafter's catch-up too (a draft model feeds every token since it last drafted,
         # at first the whole prompt): behind a long document a probe costs several plain steps.
         seconds = (table.draft(items.member, best_one, best_one, items.lag) + table.verify(1, inputs, packed, context)
-                   + self._overhead())
+                   + self._overhead() + self._per_draft())
         if items.base:
             seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
         loss = seconds - (1.0 + sum(items.probs[:best_one])) * plain
@@ -378,10 +425,10 @@ class GoodputController:
                 forced.append(0)
                 free.append(False)
                 items_per_row.append(None)
-                self._reason("expected rate below plain decoding")
+                self._reason(row.quiet_reason)
                 continue
             if (len(self.order) == 1 and cheap and pending is None
-                    and row.since[cheap[0]] < row.interval[cheap[0]]):
+                    and row.since[cheap[0]] < row.due.get(cheap[0], row.interval[cheap[0]])):
                 # The common case, priced in a few microseconds: a lone free drafter, no probe due.
                 row.member = cheap[0]
                 choice.append(cheap[0])
@@ -408,9 +455,11 @@ class GoodputController:
                 if pick != row.member and row.member is not None:
                     self.counts["switches"] += 1
             row.member = pick
+            for name, option in options.items():
+                row.due[name] = max(row.interval[name], self._probe_wait(option))
             # A cheap pick is only a look: the cut may still verify none of it, so it can be due too.
             waiting = [n for n in options if (n != pick or n in cheap) and options[n][3] > 0
-                       and row.since[n] >= max(row.interval[n], self._probe_wait(options[n]))]
+                       and row.since[n] >= row.due[n]]
             if pending in options and pending != pick:  # finish what a drafter's first step prepared
                 probe = pending
             elif waiting:  # try a drafter again: estimates of one not verified lately are stale
@@ -434,8 +483,9 @@ class GoodputController:
                 pick = cheap[0]
             if pick is None:
                 if options:  # stay plain until the first probe may be due (at most QUIET_STEPS)
-                    due = min(max(row.interval[n], self._probe_wait(options[n])) - row.since[n] for n in options)
+                    due = min(row.due[n] - row.since[n] for n in options)
                     row.quiet = max(0, min(QUIET_STEPS, int(due) - 1))
+                    row.quiet_reason = "expected rate below plain decoding"
                 choice.append(None)
                 budgets.append(0)
                 forced.append(0)
@@ -451,28 +501,49 @@ class GoodputController:
             items_per_row.append(items)
             if pick not in cheap and cheap:  # a free drafter's draft may beat this one: look first
                 look[-1], look_budget[-1], rate[-1] = cheap[0], self._free_budget(row, cheap[0], cap), pick_rate
-        weights = (row_weights(max_depth, [self.rows[r].pace for r in row_ids], waiting) if self.live
-                   else [1.0] * len(row_ids))
-        if self.live and len(row_ids) > 1 and not all(free):
+        weights, base = (row_weights(max_depth, [self.rows[r].pace for r in row_ids], waiting,
+                                     *self._step_parts(len(row_ids), row_contexts),
+                                     [self._first_acceptance(self.rows[r]) for r in row_ids]) if self.live
+                         else ([1.0] * len(row_ids), None))
+        if self.live and len(row_ids) > 1 and any(
+                c is not None and not f and not fo for c, f, fo in zip(choice, free, forced)):
             # The batch as a whole: one verification forward for every row, priced together.
             rows = [it or _Items([], [], 0, context=c) for it, c in zip(items_per_row, row_contexts)]
             for items, weight in zip(rows, weights):
                 items.weight = weight
-            joint = self._solve(rows, len(row_ids), None)
+            joint = self._solve(rows, len(row_ids), None, base)
             for b, kept in enumerate(joint):
                 if choice[b] is None or forced[b] or free[b]:
                     continue
                 budgets[b] = kept
                 if kept == 0:
-                    choice[b] = None
-                    self._reason("batch: other rows' nodes pay better")
+                    choice_b, choice[b] = choice[b], None
+                    row = self.rows[row_ids[b]]
+                    due = min((row.due[n] - row.since[n] for n in row.due if n != choice_b), default=BATCH_QUIET_STEPS + 1)
+                    row.quiet = max(0, min(BATCH_QUIET_STEPS, int(due) - 1))
+                    row.quiet_reason = "batch: other rows' nodes pay better"
+                    self._reason(row.quiet_reason)
         lags: dict[str, float] = {}
         for row_id, name, budget, looked, look_nodes in zip(row_ids, choice, budgets, look, look_budget):
             for drafter, asked in ((name, budget), (looked, look_nodes)):
                 if drafter is not None and asked > 0:
                     lags[drafter] = lags.get(drafter, 0.0) + self.rows[row_id].lag.get(drafter, 0.0)
         return Plan(choice, budgets, [f > 0 for f in forced], forced, free, look, look_budget, rate,
-                    frozenset(cheap_names), weights, [c for c in row_contexts if c is not None], lags)
+                    cheap_names, weights, [c for c in row_contexts if c is not None], lags, base)
+
+    def _step_parts(self, batch: int, contexts: Sequence[float | None]) -> tuple[float, float]:
+        """(seconds a row adds to a plain step, the whole plain step): what one row leaving a static batch
+        saves per step, and what finishing the whole batch a step sooner saves."""
+        known = [c for c in contexts if c is not None]
+        context = sum(known) / len(known) if known else None
+        table, overhead = self.table, self._overhead()
+        full = table.verify(batch, batch, self.packed, context) + overhead
+        less = table.verify(batch - 1, batch - 1, self.packed, context) + overhead if batch > 1 else 0.0
+        return max(0.0, full - less), full
+
+    def _first_acceptance(self, row: _Row) -> float:
+        """How likely the row's drafter's first node is accepted (its current one, else the first member)."""
+        return row.estimates[row.member or self.order[0]].conditional(0)
 
     def _reason(self, why: str) -> None:
         reasons = self.counts["plain_reasons"]
@@ -538,7 +609,7 @@ class GoodputController:
             kept = [self._solve([items], 1, self._draft_share(items, draft_seconds, batch))[0] if items.probs
                     else 0 for items in items_rows]
         else:
-            kept = self._solve(items_rows, batch, draft_seconds or 0.0)
+            kept = self._solve(items_rows, batch, draft_seconds or 0.0, plan.base)
         expected = [1.0 + sum(items.probs[:k]) for items, k in zip(items_rows, kept)]
         keep = torch.zeros(batch, width, dtype=torch.bool)
         engaged = torch.zeros(batch, dtype=torch.bool)
@@ -708,15 +779,35 @@ class GoodputController:
                                "proposed": list(cut.proposed), "inputs": cut.inputs,
                                **{k: round(v, 6) for k, v in timings.items() if isinstance(v, float)}})
         if self.live:
-            model = self.model_costs
-            batch = len(self._current_ids)
-            if timings.get("verify") is not None:
-                context = sum(plan.contexts) / len(plan.contexts) if plan.contexts else None
-                model.observe_verify(batch, cut.inputs, self.packed, timings["verify"], context)
-            for name, (levels, nodes, seconds) in timings.get("draft_by_member", {}).items():
-                model.observe_draft(name, levels, nodes, seconds, plan.lags.get(name, 0.0))
-            if timings.get("other") is not None:
-                model.observe_overhead(timings["other"])
+            self._record(plan, cut, timings)
+
+    def _record(self, plan: Plan, cut: Cut, timings: dict[str, Any]) -> None:
+        """Keep this step's timings for the cost model; it learns every LEARN_EVERY steps, and at once from a
+        drafter's first draft (until then the drafter counts as free: see `_cheap_drafters`)."""
+        unlearnt = self._unlearnt
+        first = False
+        if timings.get("verify") is not None:
+            context = sum(plan.contexts) / len(plan.contexts) if plan.contexts else None
+            unlearnt.append(("verify", (len(self._current_ids), cut.inputs, self.packed, timings["verify"], context)))
+        for name, (levels, nodes, seconds) in timings.get("draft_by_member", {}).items():
+            if nodes > 0:
+                first = first or name not in self.table.drafters
+                unlearnt.append(("draft", (name, levels, nodes, seconds, plan.lags.get(name, 0.0))))
+        if timings.get("other") is not None:
+            unlearnt.append(("overhead", (timings["other"], sum(1 for order in cut.order if order))))
+        self._unlearnt_steps += 1
+        if first or self._unlearnt_steps >= LEARN_EVERY:
+            self._learn()
+
+    def _learn(self) -> None:
+        """The cost model learns the timings kept so far, in the order they were taken."""
+        model = self.model_costs
+        learn = {"verify": model.observe_verify, "draft": model.observe_draft, "overhead": model.observe_overhead}
+        for kind, args in self._unlearnt:
+            learn[kind](*args)
+        self._unlearnt.clear()
+        self._unlearnt_steps = 0
+        self._cheap = None
 
     def _count_look(self, row: _Row, name: str, fruitful: bool) -> None:
         """A free drafter's look that proposed something verified some of it (its rests start short again)
@@ -736,6 +827,7 @@ class GoodputController:
     def finish(self) -> None:
         """Live calls leave their pooled estimates as the next call's priors."""
         if self.live:
+            self._learn()
             for name, pooled in self.pooled.items():
                 self.model_costs.live.acceptance[name] = pooled
             self.model_costs.live.extras.update(self.pooled_extras)
@@ -758,18 +850,36 @@ class GoodputController:
         return out
 
 
-def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool) -> list[float]:
-    """What a committed token of each row is worth to a batch. While prompts wait (continuous batching)
-    a finished row's place is taken at once, so every token counts the same. In a static batch, or once
-    nobody waits, the batch runs until its last row is done: what counts is the row expected to finish
-    last (remaining tokens / its recent tokens per step); tokens of rows expected to finish well before
-    it mostly make them leave early. Weight: (expected steps left / the most of any row) squared, which
-    also evens the rows out: a row drafted less slows down and its weight comes back."""
-    if waiting or len(remaining) <= 1:
-        return [1.0] * len(remaining)
+def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool, marginal: float = 1.0,
+                step: float = 1.0, accept: Sequence[float] | None = None) -> tuple[list[float], float | None]:
+    """What a committed token of each row is worth to the batch, and what a plain step is worth (None: the
+    weights' sum). While prompts wait (continuous batching) a finished row's place is taken at once: every
+    token counts the same, one each.
+
+    In a static batch, or once nobody waits, the batch runs until its last row is done, and worth is
+    seconds saved. A token of any row makes that row leave a step sooner: `marginal` seconds (what a row
+    adds to a step). Only the last row's progress ends the batch sooner, saving what a whole step costs
+    beyond its rows. When several rows are tied for last (within a step) the end moves only if all of them
+    advance: a row's token is credited that saving times the chance that the others' drafts advance them
+    too (the product of their first nodes' acceptance, `accept`), over the number tied, so that all of them
+    drafting adds up to the saving times the chance that all advance. A plain step is worth its cost
+    (`step`), so a draft is verified where the seconds it is expected to save exceed the seconds it adds."""
+    count = len(remaining)
+    if waiting or count <= 1:
+        return [1.0] * count, None
+    accept = list(accept) if accept is not None else [0.5] * count
     steps = [(max(r, 0) + 1) / max(p, 1.0) for r, p in zip(remaining, pace)]
     most = max(steps)
-    return [(s / most) ** 2 for s in steps]
+    last = [s >= most - 1.0 for s in steps]
+    ending = max(0.0, step - count * marginal) / sum(last)
+    weights = []
+    for i in range(count):
+        others = 1.0
+        for j in range(count):
+            if j != i and last[j]:
+                others *= accept[j]
+        weights.append(marginal + (ending * others if last[i] else 0.0))
+    return weights, step
 
 
 def _sliced(draft: Draft, counts: list[int]) -> Draft:

@@ -105,6 +105,35 @@ class VerifyCurve:
         return short + share * (_along(self.extras, self.long_seconds, extra) - short)
 
 
+@dataclass
+class _CurveTerms:
+    """One curve's part of `CostTable.verify` at integer extra inputs e: weight * correction(e) * (short(e) +
+    share(context) * (long(e) - short(e))), split as base[e] + share * slope[e]."""
+
+    weight: float
+    curve: VerifyCurve
+    base: list[float]
+    slope: list[float]
+
+    @classmethod
+    def of(cls, weight: float, curve: VerifyCurve, size: int,
+           correction: Callable[[VerifyCurve, float], float]) -> _CurveTerms:
+        base, slope = [], []
+        long_known = bool(curve.long_seconds) and curve.long_context > curve.context
+        for extra in range(size):
+            factor = correction(curve, extra)
+            short = _along(curve.extras, curve.seconds, extra)
+            base.append(factor * short)
+            slope.append(factor * (_along(curve.extras, curve.long_seconds, extra) - short) if long_known else 0.0)
+        return cls(weight, curve, base, slope)
+
+    def share(self, context: float | None) -> float:
+        curve = self.curve
+        if context is None or not curve.long_seconds or curve.long_context <= curve.context:
+            return 0.0
+        return min(2.0, max(0.0, (context - curve.context) / (curve.long_context - curve.context)))
+
+
 def _along(xs: tuple[int, ...], ys: tuple[float, ...], extra: float) -> float:
     """Piecewise linear; past the last point, the last segment's slope (never below flat)."""
     if extra <= xs[0]:
@@ -129,8 +158,17 @@ class LinearFit:
         self.ridge = ridge
         self.xx = np.zeros((size, size))
         self.xy = np.zeros(size)
-        self.weights = [0.0] * size
+        self._weights: list[float] | None = [0.0] * size  # None: stale, solved at the next read
         self.samples = 0
+
+    @property
+    def weights(self) -> list[float]:
+        """Solved when read, not per update: the fast paths only update (a solve per step cost more than
+        a free drafter's whole look)."""
+        if self._weights is None:
+            solved = np.linalg.solve(self.xx + self.ridge * np.eye(self.size), self.xy)
+            self._weights = [float(w) for w in solved]
+        return self._weights
 
     def predict(self, features: Iterable[float]) -> float:
         return max(0.0, sum(w * x for w, x in zip(self.weights, features)))
@@ -144,7 +182,7 @@ class LinearFit:
         self.xx = self.forgetting * self.xx + np.outer(x, x)
         self.xy = self.forgetting * self.xy + x * target
         self.samples += 1
-        self.weights = [float(w) for w in np.linalg.solve(self.xx + self.ridge * np.eye(self.size), self.xy)]
+        self._weights = None
 
 
 @dataclass
@@ -156,10 +194,28 @@ class CostTable:
     # What the scale leaves, per (packed, bucket, grid point): e.g. trees cost more than the chains measured.
     corrections: dict[tuple[bool, int, int], float] = field(default_factory=dict)
     drafters: dict[str, LinearFit] = field(default_factory=dict)  # seconds ~ [1, levels, nodes, lag]
-    overhead: float = 0.0  # engine seconds per step outside draft and verify
-    overhead_samples: int = 0
+    # Engine seconds per step outside draft and verify ~ [1, rows that verify a draft]: each such row adds
+    # checks, a cut, a tree layout and a longer commit (~0.15 ms a row on this CPU, 6% of a 16-row step's
+    # share of a row).
+    overheads: LinearFit = field(default_factory=lambda: LinearFit(2))
     acceptance: dict[str, Any] = field(default_factory=dict)  # pooled acceptance per drafter (priors)
     extras: dict[str, tuple[float, float]] = field(default_factory=dict)  # extra slots (root, per node) per drafter
+    # `verify_from`'s per-(packing, batch) terms; emptied by `changed()` whenever curves, scale or corrections move.
+    _terms: dict[tuple[bool, int], list[_CurveTerms]] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def overhead(self) -> float:
+        """Engine seconds of a plain step outside draft and verify (0 before any step)."""
+        return max(0.0, self.overheads.weights[0]) if self.overheads.samples else 0.0
+
+    @property
+    def overhead_per_draft(self) -> float:
+        """What each row that verifies a draft adds to the engine's work of a step."""
+        return max(0.0, self.overheads.weights[1]) if self.overheads.samples else 0.0
+
+    def changed(self) -> None:
+        """Curves, scale or corrections were modified: forget what `verify_from` derived from them."""
+        self._terms.clear()
 
     def verify(self, batch: int, inputs: float, packed: bool = True, context: float | None = None) -> float:
         """Seconds of a verification forward of `inputs` inputs over `batch` rows whose caches hold
@@ -180,6 +236,45 @@ class CostTable:
         high_seconds = high_curve.at(extra, context) * self._correction(packed, high_curve, extra)
         return scale * ((1 - share) * low_seconds + share * high_seconds)
 
+    def verify_from(self, batch: int, first: int, count: int, packed: bool = True,
+                    context: float | None = None) -> list[float]:
+        """`verify(batch, first + k, packed, context)` for k = 0..count-1, in one call: the controller prices
+        every prefix of every draft each step (a call per prefix cost ~1.5 ms a step at batch 16 on this
+        CPU). Equal to `verify` up to rounding."""
+        packed = packed or batch <= 1
+        offset = first - batch  # extra inputs at k = 0
+        terms = self._curve_terms(packed, batch, max(0, offset + count - 1))
+        scale = self.scale.get(packed, 1.0)
+        out = [0.0] * count
+        for term in terms:
+            share, weight, base, slope = term.share(context), scale * term.weight, term.base, term.slope
+            for k in range(count):
+                extra = offset + k if offset + k > 0 else 0
+                out[k] += weight * (base[extra] + share * slope[extra])
+        return out
+
+    def _curve_terms(self, packed: bool, batch: int, upto: int) -> list[_CurveTerms]:
+        """The curves `verify` reads for this batch, with their weights and per-extra-input values."""
+        key = (packed, batch)
+        terms = self._terms.get(key)
+        if terms is not None and all(len(t.base) > upto for t in terms):
+            return terms
+        size = max(upto + 1, 2 * len(terms[0].base) if terms else 33)
+        low, high = _buckets(batch)
+        low_curve, high_curve = self.curves.get((packed, low)), self.curves.get((packed, high))
+        if low_curve is None or high_curve is None:
+            curve = low_curve or high_curve or next(iter(self.curves.values()), None)
+            weighted = [] if curve is None else [(1.0, curve)]
+        elif low == high:
+            weighted = [(1.0, low_curve)]
+        else:
+            share = (batch - low) / (high - low)
+            weighted = [(1 - share, low_curve), (share, high_curve)]
+        terms = [_CurveTerms.of(weight, curve, size, lambda c, e: self._correction(packed, c, e))
+                 for weight, curve in weighted]
+        self._terms[key] = terms
+        return terms
+
     def _correction(self, packed: bool, curve: VerifyCurve, extra: float) -> float:
         if not self.corrections:
             return 1.0
@@ -188,10 +283,24 @@ class CostTable:
     def draft(self, name: str, levels: float, nodes: float, lag: float = 0.0) -> float:
         """Seconds of a drafter's propose that drafts `nodes` nodes over `levels` tree levels (0: nothing),
         for rows that committed `lag` tokens since it last drafted them (a draft model feeds them first)."""
-        fit = self.drafters.get(name)
-        if fit is None or nodes <= 0:
+        if nodes <= 0:
             return 0.0
-        return fit.predict((1.0, levels, nodes, lag))
+        constant, per_level, per_node, per_lag = self.draft_line(name)
+        return max(0.0, constant + per_level * levels + per_node * nodes + per_lag * lag)
+
+    def draft_line(self, name: str) -> tuple[float, float, float, float]:
+        """The drafter's fitted seconds on [1, levels, nodes, lag]; zeros before its first draft (an unseen
+        drafter costs nothing until measured). For pricing many sizes without a call per size."""
+        fit = self.drafters.get(name)
+        if fit is None:
+            return (0.0, 0.0, 0.0, 0.0)
+        constant, per_level, per_node, per_lag = fit.weights
+        return constant, per_level, per_node, per_lag
+
+    def draft_chain(self, name: str, count: int, lag: float = 0.0) -> list[float]:
+        """`draft(name, k, k, lag)` for k = 0..count-1 (chains of k nodes), the fit read once."""
+        constant, per_level, per_node, per_lag = self.draft_line(name)
+        return [0.0] + [max(0.0, constant + (per_level + per_node) * k + per_lag * lag) for k in range(1, count)]
 
     def draft_mean(self, name: str) -> float | None:
         """Seconds of the drafter's drafts so far (decayed mean over whatever sizes it drafted), None
@@ -254,12 +363,13 @@ class CostModel:
             self.live.corrections = {k: v for k, v in self.live.corrections.items() if k[0] != packed}
             for bucket in wanted:
                 self.live.curves.pop((packed, bucket), None)
+            self.live.changed()
         missing = [bucket for bucket in wanted if (packed or bucket == 1, bucket) not in self.live.curves]
         if not missing:
             return 0.0
         started = time.perf_counter()
         for bucket in missing:
-            grid = tuple(e for e in EXTRA_GRID if e <= max(64, 16 * bucket))
+            grid = tuple(e for e in EXTRA_GRID if e <= max(64, 4 * bucket))
             longest = min(context, max(2 * SHORT_CONTEXT, LONG_TOKENS // bucket))  # prefill costs B x context
             if max_positions is not None:  # a prefix of at least one token, the widest row, and a spare slot
                 grid = tuple(e for e in grid if 1 + _widest(e, bucket) + 1 <= max_positions) or (0,)
@@ -276,6 +386,7 @@ class CostModel:
             self.live.curves[(packed or alone, bucket)] = VerifyCurve(bucket, grid, tuple(seconds), short,
                                                                       longest, long_seconds)
         self.live.scale.setdefault(packed, 1.0)
+        self.live.changed()
         spent = time.perf_counter() - started
         self.measure_seconds += spent
         return spent
@@ -300,6 +411,7 @@ class CostModel:
             key = (packed, low, nearest(curve.extras, max(0.0, inputs - batch)))
             old = table.corrections.get(key, 1.0)
             table.corrections[key] = min(4.0, max(0.25, math.exp(math.log(old) + 0.25 * math.log(ratio))))
+        table.changed()
 
     def end_call(self) -> None:
         """A drift the scale had to absorb for a whole call means the curves are out of date."""
@@ -315,11 +427,9 @@ class CostModel:
         fit = self.live.drafters.setdefault(name, LinearFit(DRAFT_FEATURES))
         fit.update([1.0, float(levels), float(nodes), float(lag)], seconds)
 
-    def observe_overhead(self, seconds: float) -> None:
-        table = self.live
-        table.overhead_samples += 1
-        weight = max(0.05, 1.0 / table.overhead_samples)
-        table.overhead += weight * (seconds - table.overhead)
+    def observe_overhead(self, seconds: float, drafting_rows: int = 0) -> None:
+        """One step's engine work outside draft and verify, with how many rows verified a draft."""
+        self.live.overheads.update([1.0, float(drafting_rows)], seconds)
 
 
 def measure_verify(model: Any, batch: int, grid: tuple[int, ...], packed: bool | None, padded: bool, context: int,

@@ -221,7 +221,10 @@ def test_batch_of_different_lengths_identical_per_row(options: dict) -> None:
     model = tiny_model("llama", seed=1)
     generator = torch.Generator().manual_seed(0)
     prompts = REPETITIVE + [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in (3, 20, 7)]
-    out = specdec.generate(model, prompts, drafter="anpd", drafter_options=options, max_new_tokens=28)
+    # The drafter's own rule drafts every step: the goodput controller rightly stops verifying drafts this
+    # random model rejects in a static batch, and this test is about ragged rows that do verify drafts.
+    out = specdec.generate(model, prompts, drafter="anpd", drafter_options=options, max_new_tokens=28,
+                           controller=False)
     for row, prompt in enumerate(prompts):
         assert out.sequences[row] == hf_greedy(model, prompt, 28), f"row {row}"
     assert out.stats.accepted_tokens > 0  # drafts were really used, not all empty

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import specdec
 from specdec.acceptance import RowAcceptance
-from specdec.controller import CHEAP_DRAFT, ControllerOptions, GoodputController, Member
+from specdec.controller import CHEAP_DRAFT, ControllerOptions, GoodputController, Member, row_weights
 from specdec.costs import DRAFT_FEATURES, CostModel, CostTable, LinearFit, VerifyCurve, cost_model_for
 from specdec.draft import Draft, ExtraSlots, Verdict
 
@@ -69,6 +71,63 @@ def test_verify_curve_interpolates_and_extrapolates():
     assert table.verify(1, 5) == pytest.approx(1.5)  # 4 extra inputs at batch 1
     # batch 2 is measured; batch 1.5 does not exist, but batch 2 with extra 0 is 3.0
     assert table.verify(2, 2) == pytest.approx(3.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.integers(1, 12), first=st.integers(0, 40), count=st.integers(1, 70),
+       context=st.one_of(st.none(), st.floats(0, 3000)), packed=st.booleans(), learnt=st.integers(0, 6))
+def test_prices_in_one_call_equal_prices_one_at_a_time(batch, first, count, context, packed, learnt):
+    """The controller prices every prefix at once (`verify_from`, `draft_chain`): the same numbers as asking
+    `verify` and `draft` for each, between measured batch buckets, behind any context, and after the
+    model learnt (its memo of the curves is dropped when they move)."""
+    model = CostModel("test")
+    for bucket, short, long in ((1, CPU_LIKE, 2.0), (4, tuple(3 * x for x in CPU_LIKE), 2.5),
+                                (8, tuple(5 * x for x in CPU_LIKE), 3.0), (16, tuple(9 * x for x in CPU_LIKE), 3.5)):
+        model.live.curves[(True, bucket)] = VerifyCurve(bucket, GRID, short, 32, 512, tuple(long * x for x in short))
+    table = model.table()
+    first = max(first, batch)
+    for _ in range(2):
+        got = table.verify_from(batch, first, count, packed, context)
+        assert got == pytest.approx([table.verify(batch, first + k, packed, context) for k in range(count)], rel=1e-9)
+        for k in range(learnt):  # the next round reads the moved curves
+            model.observe_verify(batch, batch + 3 * k, packed, 0.05 * (1 + k), context)
+    fit = LinearFit(DRAFT_FEATURES)
+    for nodes in (1, 2, 5, 9):
+        fit.update([1.0, nodes, nodes, 40.0], 0.001 + 0.002 * nodes)
+    table.drafters["d"] = fit
+    assert table.draft_chain("d", count, 40.0) == pytest.approx([table.draft("d", k, k, 40.0) for k in range(count)])
+
+
+def test_static_batch_tokens_are_worth_the_seconds_they_save():
+    assert row_weights([10, 10], [1.0, 1.0], True, 0.001, 0.02) == ([1.0, 1.0], None)  # prompts wait
+    weights, base = row_weights([30, 10, 10], [1.0, 1.0, 1.0], False, 0.001, 0.02)
+    assert base == 0.02  # a plain step is worth what it costs
+    assert weights[0] == pytest.approx(0.001 + (0.02 - 3 * 0.001)) and weights[1:] == [0.001, 0.001]
+    # Three tied for last: the batch ends sooner only if the other two advance too.
+    weights, _ = row_weights([30, 30, 30], [1.0, 1.0, 1.0], False, 0.001, 0.02, [0.5, 0.9, 0.8])
+    assert weights == pytest.approx([0.001 + 0.017 * 0.72 / 3, 0.001 + 0.017 * 0.4 / 3, 0.001 + 0.017 * 0.45 / 3])
+    weights, _ = row_weights([30, 40, 10], [1.0, 2.0, 1.0], False, 0.001, 0.02)  # row 0 ends last at its pace
+    assert weights[0] > weights[1] == weights[2]
+
+
+def test_a_static_batch_drafts_for_the_row_that_ends_it():
+    """In a static batch a token of a row that is not last only lets that row leave a step sooner (here 1
+    ms of a 13 ms step); drafts pay for the row the batch waits for, not for rows tied with three others."""
+    model = CostModel("test")
+    for bucket, curve in ((1, CPU_LIKE), (2, (0.011, 0.0125, 0.014, 0.017, 0.023, 0.035, 0.059, 0.107)),
+                          (4, (0.013, 0.0145, 0.016, 0.019, 0.025, 0.037, 0.061, 0.109))):
+        model.live.curves[(True, bucket)] = VerifyCurve(bucket, GRID, curve)
+
+    def kept(remaining: list[int], waiting: bool = False) -> list[int]:
+        ctl = controller(model)
+        plan = ctl.plan([0, 1, 2, 3], remaining, 64, waiting)
+        draft, _ = ctl.cut(chain([[1, 2, 3]] * 4), plan, 0.0)
+        return draft.num_nodes.tolist()
+
+    assert kept([50, 50, 50, 50]) == [0, 0, 0, 0]
+    straggler = kept([100, 20, 20, 20])
+    assert straggler[0] >= 1 and straggler[1:] == [0, 0, 0]
+    assert sum(kept([50, 50, 50, 50], waiting=True)) > 0  # while prompts wait, every token counts alike
 
 
 def test_linear_fit_learns_a_drafters_cost():

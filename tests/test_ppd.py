@@ -362,6 +362,30 @@ def test_training_refuses_evaluation_sets(tmp_path) -> None:
         read_texts([bad])
 
 
+def test_checkpoint_check_is_kept_only_while_the_model_is_unchanged(tmp_path) -> None:
+    """A drafter reused across calls checks its checkpoint once per model, and again once the weights
+    change in place (a fine-tuning step) or another model comes: the mismatch is still refused."""
+    model = tiny_model("llama", seed=4)
+    path = tmp_path / "p.safetensors"
+    random_checkpoint(model, 3, 1).save(path)
+    drafter = PPDDrafter(PPDOptions(checkpoint=str(path), tree_size=8))
+    loads: list[int] = []
+    original = drafter._load_checkpoint
+    drafter._load_checkpoint = lambda m: loads.append(1) or original(m)
+    for _ in range(2):
+        out = specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=4)
+        assert out.sequences[0] == hf_greedy(model, [1, 2, 3], 4)
+    assert len(loads) == 1
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.5)  # in place: same storage, new version
+    with pytest.raises(PPDCheckpointError, match="different model"):
+        specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=4)
+    with pytest.raises(PPDCheckpointError, match="different model"):
+        specdec.generate(tiny_model("llama", seed=5), [1, 2, 3], drafter=drafter, verifier="exact",
+                         max_new_tokens=4)
+    assert len(loads) == 3
+
+
 # -- hardware profile -----------------------------------------------------------------------------
 def test_profile_is_used_only_on_its_own_device(tmp_path) -> None:
     model = tiny_model("llama")
