@@ -405,12 +405,18 @@ class CostModel:
         # Bounded steps: on a shared machine one forward can take twice its time for reasons of its own.
         ratio = min(1.4, max(0.7, seconds / predicted))
         table.scale[packed] = math.exp(math.log(scale) + 0.05 * math.log(ratio))
-        low, _ = _buckets(batch)
-        curve = table.curves.get((packed, low))
-        if curve is not None:
-            key = (packed, low, nearest(curve.extras, max(0.0, inputs - batch)))
+        # Each bucket's curve is corrected by its share of the prediction: a batch of 15 is priced mostly
+        # from the 16-row curve, and correcting only the 8-row one left the error to the shared scale, which
+        # drifted past REMEASURE_DRIFT on static batches shrinking through 15..9 and re-measured every curve.
+        low, high = _buckets(batch)
+        share = 0.0 if low == high else (batch - low) / (high - low)
+        for bucket, part in ((low, 1.0 - share), (high, share)):
+            curve = table.curves.get((packed, bucket))
+            if curve is None or part <= 0:
+                continue
+            key = (packed, bucket, nearest(curve.extras, max(0.0, inputs - batch)))
             old = table.corrections.get(key, 1.0)
-            table.corrections[key] = min(4.0, max(0.25, math.exp(math.log(old) + 0.25 * math.log(ratio))))
+            table.corrections[key] = min(4.0, max(0.25, math.exp(math.log(old) + 0.25 * part * math.log(ratio))))
         table.changed()
 
     def end_call(self) -> None:

@@ -286,6 +286,20 @@ def test_frozen_decisions_ignore_wall_clock():
     assert model_a.live.scale == {} and model_a.live.drafters == {} and model_a.live.overhead == 0.0
 
 
+def test_costs_between_buckets_correct_the_curves_they_are_read_from():
+    """A 15-row step is priced mostly from the 16-row curve: its error corrects that curve, not the scale
+    shared by every batch size (whose drift past 2x re-measures every curve at the next call)."""
+    model = CostModel("test")
+    for bucket in (8, 16):
+        model.live.curves[(True, bucket)] = VerifyCurve(bucket, GRID, tuple(bucket * x for x in CPU_LIKE))
+    table = model.table()
+    truth = 1.5 * table.verify(15, 15)
+    for _ in range(60):
+        model.observe_verify(15, 15, True, truth)
+    assert table.verify(15, 15) == pytest.approx(truth, rel=0.05)
+    assert table.scale[True] < 1.15
+
+
 def test_live_decisions_learn_costs():
     model = synthetic()
     ctl = controller(model)
