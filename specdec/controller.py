@@ -172,9 +172,10 @@ class GoodputController:
 
     def __init__(self, members: Sequence[Member], model_costs: CostModel, table: CostTable, live: bool,
                  packed: bool, options: ControllerOptions | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, name: str | None = None) -> None:
         self.members = {m.name: m for m in members}
         self.order = [m.name for m in members]
+        self.name = name or "+".join(self.order)  # the call's drafter: its engine overhead is its own
         self.model_costs = model_costs
         self.table = table  # the live table (live) or a snapshot (frozen)
         self.live = live
@@ -222,10 +223,10 @@ class GoodputController:
 
     # -- pricing ---------------------------------------------------------------------------------
     def _overhead(self) -> float:
-        return self.table.overhead
+        return self.table.overhead(self.name)
 
     def _per_draft(self) -> float:
-        return self.table.overhead_per_draft
+        return self.table.overhead_per_draft(self.name)
 
     def _solve(self, rows: list[_Items], batch: int, draft_seconds: float | None, base: float | None = None
                ) -> list[int]:
@@ -794,7 +795,7 @@ class GoodputController:
                 first = first or name not in self.table.drafters
                 unlearnt.append(("draft", (name, levels, nodes, seconds, plan.lags.get(name, 0.0))))
         if timings.get("other") is not None:
-            unlearnt.append(("overhead", (timings["other"], sum(1 for order in cut.order if order))))
+            unlearnt.append(("overhead", (self.name, timings["other"], sum(1 for order in cut.order if order))))
         self._unlearnt_steps += 1
         if first or self._unlearnt_steps >= LEARN_EVERY:
             self._learn()

@@ -242,7 +242,7 @@ class SpeculativeEngine:
             self._ensure(model_costs, target, 1)
             table = model_costs.snapshot()
         return GoodputController(members, model_costs, table, live, target.packed_inputs, options,
-                                 cost_clock(self.device))
+                                 cost_clock(self.device), self.drafter.name)
 
     def _ensure(self, model_costs: CostModel, target: TargetRunner, batch: int) -> float:
         return model_costs.ensure(self.model, [batch], target.packed_inputs, target.padded, LONG_CONTEXT,

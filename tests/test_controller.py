@@ -283,7 +283,7 @@ def test_frozen_decisions_ignore_wall_clock():
         plans_b.append(step(ctl_b, [0], [[1, 2, 3, 4, 5, 6]], accepted,
                             {"verify": 5.0, "other": 3.0, "draft_by_member": {"d": (3, 3, 9.0)}})[0].budget)
     assert plans_a == plans_b
-    assert model_a.live.scale == {} and model_a.live.drafters == {} and model_a.live.overhead == 0.0
+    assert model_a.live.scale == {} and model_a.live.drafters == {} and model_a.live.overheads == {}
 
 
 def test_costs_between_buckets_correct_the_curves_they_are_read_from():
@@ -306,7 +306,8 @@ def test_live_decisions_learn_costs():
     for _ in range(20):
         step(ctl, [0], [[1, 2, 3]], [3], {"verify": 0.05, "other": 0.001, "draft_by_member": {"d": (3, 3, 0.002)}})
     ctl.finish()
-    assert model.live.scale[True] > 1.2 and "d" in model.live.drafters and model.live.overhead > 0
+    assert model.live.scale[True] > 1.2 and "d" in model.live.drafters and model.live.overhead("d") > 0
+    assert model.live.overhead("another drafter") == 0.0  # one drafter's engine work never prices another's
     assert "d" in model.live.acceptance  # the next call's prior
 
 
