@@ -225,18 +225,14 @@ class GoodputController:
     def _overhead(self) -> float:
         return self.table.overhead(self.name)
 
-    def _per_draft(self) -> float:
-        return self.table.overhead_per_draft(self.name)
-
     def _solve(self, rows: list[_Items], batch: int, draft_seconds: float | None, base: float | None = None
                ) -> list[int]:
         """Nodes kept per row maximising (base + sum weight * p) / (draft + verify + overhead). `base`: what
         a plain step is worth (None: the rows' weights, one token each). `draft_seconds` None prices
         drafting per drafter from the kept counts (before drafting); a number is a cost already paid
         (after drafting)."""
-        table, packed, overhead, per_draft = self.table, self.packed, self._overhead(), self._per_draft()
+        table, packed, overhead = self.table, self.packed, self._overhead()
         kept = [min(r.forced, len(r.probs)) for r in rows]
-        drafting_rows = sum(1 for k in kept if k)
         tokens = (sum(r.weight for r in rows) if base is None else base) + sum(
             r.weight * sum(r.probs[:k]) for r, k in zip(rows, kept))
         widths = [1 + (r.base + sum(r.sizes[:k]) if k else 0) for r, k in zip(rows, kept)]
@@ -265,7 +261,7 @@ class GoodputController:
 
         def seconds() -> float:
             draft = draft_seconds if draft_seconds is not None else sum(drafting.values())
-            return draft + verify[(total if packed else batch * widest) - batch] + overhead + per_draft * drafting_rows
+            return draft + verify[(total if packed else batch * widest) - batch] + overhead
 
         best_rate = tokens / max(seconds(), 1e-12)
         best_kept = list(kept)
@@ -290,7 +286,6 @@ class GoodputController:
             widths[index] += grown
             total += grown
             widest = max(widest, widths[index])
-            drafting_rows += k == 0
             kept[index] = k + 1
             if r.member is not None and draft_seconds is None:
                 levels[r.member] = max(levels.get(r.member, 0), k + 1)
@@ -301,7 +296,7 @@ class GoodputController:
             if rate > best_rate:
                 best_rate, best_kept = rate, list(kept)
             inputs = total if packed else batch * widest
-            least = (draft_seconds or 0.0) + floor[inputs - batch] + overhead + per_draft * drafting_rows
+            least = (draft_seconds or 0.0) + floor[inputs - batch] + overhead
             if tokens + left <= best_rate * least:
                 break
             push(index)
@@ -312,7 +307,6 @@ class GoodputController:
         probes and every frozen decision."""
         table, overhead = self.table, self._overhead()
         verify = table.verify_from(1, 1, 1 + items.base + sum(items.sizes), self.packed, items.context)
-        drafted = overhead + self._per_draft()
         count = len(items.probs)
         draft = table.draft_chain(items.member, count + 1) if items.member else [0.0] * (count + 1)
         rates = [1.0 / max(verify[0] + overhead, 1e-12)]
@@ -320,7 +314,7 @@ class GoodputController:
         for k, (p, size) in enumerate(zip(items.probs, items.sizes), start=1):
             tokens += p
             inputs += size
-            rates.append(tokens / max(draft[k] + verify[inputs - 1] + drafted, 1e-12))
+            rates.append(tokens / max(draft[k] + verify[inputs - 1] + overhead, 1e-12))
         return rates
 
     def _position_items(self, row: _Row, name: str, cap: int, context: float | None, explore: bool) -> _Items:
@@ -363,7 +357,7 @@ class GoodputController:
         # A probe pays the drafter's catch-up too (a draft model feeds every token since it last drafted,
         # at first the whole prompt): behind a long document a probe costs several plain steps.
         seconds = (table.draft(items.member, best_one, best_one, items.lag) + table.verify(1, inputs, packed, context)
-                   + self._overhead() + self._per_draft())
+                   + self._overhead())
         if items.base:
             seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
         loss = seconds - (1.0 + sum(items.probs[:best_one])) * plain
@@ -795,7 +789,7 @@ class GoodputController:
                 first = first or name not in self.table.drafters
                 unlearnt.append(("draft", (name, levels, nodes, seconds, plan.lags.get(name, 0.0))))
         if timings.get("other") is not None:
-            unlearnt.append(("overhead", (self.name, timings["other"], sum(1 for order in cut.order if order))))
+            unlearnt.append(("overhead", (self.name, timings["other"])))
         self._unlearnt_steps += 1
         if first or self._unlearnt_steps >= LEARN_EVERY:
             self._learn()

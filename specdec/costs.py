@@ -194,26 +194,18 @@ class CostTable:
     # What the scale leaves, per (packed, bucket, grid point): e.g. trees cost more than the chains measured.
     corrections: dict[tuple[bool, int, int], float] = field(default_factory=dict)
     drafters: dict[str, LinearFit] = field(default_factory=dict)  # seconds ~ [1, levels, nodes, lag]
-    # Engine seconds per step outside draft and verify ~ [1, rows that verify a draft], per drafter of the
-    # call (its own `observe` is part of it): each drafting row adds checks, a cut, a tree layout, a longer
-    # commit and the drafter's bookkeeping (0.5 ms for anpd on the default model, more for a draft model).
-    # Shared across drafters, one drafter's cost priced another's drafts: after draft-model calls anpd
-    # found no draft worth verifying, so it never learnt otherwise.
-    overheads: dict[str, LinearFit] = field(default_factory=dict)
+    # Engine seconds per step outside draft and verify, a running mean per drafter of the call (its own
+    # `observe` is part of it): shared, a draft model's bookkeeping priced anpd's steps.
+    overheads: dict[str, float] = field(default_factory=dict)
+    overhead_samples: dict[str, int] = field(default_factory=dict)
     acceptance: dict[str, Any] = field(default_factory=dict)  # pooled acceptance per drafter (priors)
     extras: dict[str, tuple[float, float]] = field(default_factory=dict)  # extra slots (root, per node) per drafter
     # `verify_from`'s per-(packing, batch) terms; emptied by `changed()` whenever curves, scale or corrections move.
     _terms: dict[tuple[bool, int], list[_CurveTerms]] = field(default_factory=dict, repr=False, compare=False)
 
     def overhead(self, drafter: str) -> float:
-        """Engine seconds of a plain step outside draft and verify in calls of `drafter` (0 before any)."""
-        fit = self.overheads.get(drafter)
-        return max(0.0, fit.weights[0]) if fit is not None and fit.samples else 0.0
-
-    def overhead_per_draft(self, drafter: str) -> float:
-        """What each row that verifies a draft adds to the engine's work of a step in calls of `drafter`."""
-        fit = self.overheads.get(drafter)
-        return max(0.0, fit.weights[1]) if fit is not None and fit.samples else 0.0
+        """Engine seconds of a step outside draft and verify in calls of `drafter` (0 before any)."""
+        return self.overheads.get(drafter, 0.0)
 
     def changed(self) -> None:
         """Curves, scale or corrections were modified: forget what `verify_from` derived from them."""
@@ -435,10 +427,12 @@ class CostModel:
         fit = self.live.drafters.setdefault(name, LinearFit(DRAFT_FEATURES))
         fit.update([1.0, float(levels), float(nodes), float(lag)], seconds)
 
-    def observe_overhead(self, drafter: str, seconds: float, drafting_rows: int = 0) -> None:
-        """One step's engine work outside draft and verify in a call of `drafter`, with how many rows
-        verified a draft."""
-        self.live.overheads.setdefault(drafter, LinearFit(2)).update([1.0, float(drafting_rows)], seconds)
+    def observe_overhead(self, drafter: str, seconds: float) -> None:
+        """One step's engine work outside draft and verify in a call of `drafter`."""
+        table = self.live
+        samples = table.overhead_samples[drafter] = table.overhead_samples.get(drafter, 0) + 1
+        old = table.overheads.get(drafter, 0.0)
+        table.overheads[drafter] = old + max(0.05, 1.0 / samples) * (seconds - old)
 
 
 def measure_verify(model: Any, batch: int, grid: tuple[int, ...], packed: bool | None, padded: bool, context: int,
