@@ -497,7 +497,8 @@ class GoodputController:
             if pick not in cheap and cheap:  # a free drafter's draft may beat this one: look first
                 look[-1], look_budget[-1], rate[-1] = cheap[0], self._free_budget(row, cheap[0], cap), pick_rate
         weights, base = (row_weights(max_depth, [self.rows[r].pace for r in row_ids], waiting,
-                                     *self._step_parts(len(row_ids), row_contexts)) if self.live
+                                     *self._step_parts(len(row_ids), row_contexts),
+                                     [self._first_acceptance(self.rows[r]) for r in row_ids]) if self.live
                          else ([1.0] * len(row_ids), None))
         if self.live and len(row_ids) > 1 and any(
                 c is not None and not f and not fo for c, f, fo in zip(choice, free, forced)):
@@ -534,6 +535,10 @@ class GoodputController:
         full = table.verify(batch, batch, self.packed, context) + overhead
         less = table.verify(batch - 1, batch - 1, self.packed, context) + overhead if batch > 1 else 0.0
         return max(0.0, full - less), full
+
+    def _first_acceptance(self, row: _Row) -> float:
+        """How likely the row's drafter's first node is accepted (its current one, else the first member)."""
+        return row.estimates[row.member or self.order[0]].conditional(0)
 
     def _reason(self, why: str) -> None:
         reasons = self.counts["plain_reasons"]
@@ -841,28 +846,35 @@ class GoodputController:
 
 
 def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool, marginal: float = 1.0,
-                step: float = 1.0) -> tuple[list[float], float | None]:
+                step: float = 1.0, accept: Sequence[float] | None = None) -> tuple[list[float], float | None]:
     """What a committed token of each row is worth to the batch, and what a plain step is worth (None: the
     weights' sum). While prompts wait (continuous batching) a finished row's place is taken at once: every
     token counts the same, one each.
 
     In a static batch, or once nobody waits, the batch runs until its last row is done, and worth is
     seconds saved. A token of any row makes that row leave a step sooner: `marginal` seconds (what a row
-    adds to a step). Only the progress of the rows expected to finish last (remaining tokens / recent
-    tokens per step, within a step of the most) ends the batch sooner, saving what a whole step costs beyond
-    its rows, shared among them: rows that draft alike advance alike over many steps, so a batch of equal
-    rows is valued like one row, while rows pulling ahead count for what they save alone. A plain step is
-    worth its cost (`step`), so a draft is verified where the seconds it should save exceed those it adds.
-    (Crediting tied rows only for the chance that all of them advance in the same step valued a batch of
-    4 equal rows at a fifth of its worth and never drafted where an oracle of 60% accuracy ran 1.4x.)"""
+    adds to a step). Only the last row's progress ends the batch sooner, saving what a whole step costs
+    beyond its rows. When several rows are tied for last (within a step) the end moves only if all of them
+    advance: a row's token is credited that saving times the chance that the others' drafts advance them
+    too (the product of their first nodes' acceptance, `accept`), over the number tied, so that all of them
+    drafting adds up to the saving times the chance that all advance. A plain step is worth its cost
+    (`step`), so a draft is verified where the seconds it is expected to save exceed the seconds it adds."""
     count = len(remaining)
     if waiting or count <= 1:
         return [1.0] * count, None
+    accept = list(accept) if accept is not None else [0.5] * count
     steps = [(max(r, 0) + 1) / max(p, 1.0) for r, p in zip(remaining, pace)]
     most = max(steps)
     last = [s >= most - 1.0 for s in steps]
     ending = max(0.0, step - count * marginal) / sum(last)
-    return [marginal + (ending if is_last else 0.0) for is_last in last], step
+    weights = []
+    for i in range(count):
+        others = 1.0
+        for j in range(count):
+            if j != i and last[j]:
+                others *= accept[j]
+        weights.append(marginal + (ending * others if last[i] else 0.0))
+    return weights, step
 
 
 def _sliced(draft: Draft, counts: list[int]) -> Draft:
