@@ -10,7 +10,7 @@ Three parts, kept in one `CostModel` per (model, device):
   a persistent drift rescales it and, past a limit, re-measures it at the next call.
 * each drafter's own cost per step (seconds = base + per level + per node), learnt online from the
   time of its `propose` calls, by exponentially weighted least squares.
-* the engine's other per-step work (verifier, commit, bookkeeping), a running mean.
+* the engine's other per-step work (verifier, commit, bookkeeping), a running mean per drafter of the call.
 
 It also keeps pooled acceptance estimates per drafter (`specdec.acceptance`), the prior for new rows.
 
@@ -195,7 +195,7 @@ class CostTable:
     corrections: dict[tuple[bool, int, int], float] = field(default_factory=dict)
     drafters: dict[str, LinearFit] = field(default_factory=dict)  # seconds ~ [1, levels, nodes, lag]
     # Engine seconds per step outside draft and verify, a running mean per drafter of the call (its own
-    # `observe` is part of it): shared, a draft model's bookkeeping priced anpd's steps.
+    # `observe` is part of it; one mean for all let a draft model's bookkeeping price anpd's steps).
     overheads: dict[str, float] = field(default_factory=dict)
     overhead_samples: dict[str, int] = field(default_factory=dict)
     acceptance: dict[str, Any] = field(default_factory=dict)  # pooled acceptance per drafter (priors)
