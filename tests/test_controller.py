@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 
 import specdec
 from specdec.acceptance import RowAcceptance
-from specdec.controller import CHEAP_DRAFT, ControllerOptions, GoodputController, Member, row_weights
+from specdec.controller import (
+    CHEAP_DRAFT,
+    LEARN_EVERY,
+    ControllerOptions,
+    GoodputController,
+    Member,
+    row_weights,
+)
 from specdec.costs import DRAFT_FEATURES, CostModel, CostTable, LinearFit, VerifyCurve, cost_model_for
 from specdec.draft import Draft, ExtraSlots, Verdict
 
@@ -215,6 +222,23 @@ def test_a_costly_drafter_measured_at_one_length_is_not_taken_for_free():
     assert model.live.draft("d", 1, 1) < CHEAP_DRAFT * model.live.verify(1, 1)  # the fit's own guess: free
     plan = controller(model).plan([0], [100], 64)
     assert plan.free == [False] and plan.budget[0] < 12
+
+
+def test_a_drafters_first_timing_is_learnt_at_once():
+    """Timings are learnt in batches of LEARN_EVERY steps, but a drafter's first at once: an unmeasured
+    drafter gets one free look, and a costly one is planned from the very next step."""
+    model = synthetic()
+    ctl = controller(model)
+    timings = {"verify": 0.014, "other": 0.0005, "draft_by_member": {"d": (12, 12, 0.008)}}
+    plan, _ = step(ctl, [0], [[1] * 12], [0], timings)
+    assert plan.free == [True] and "d" in model.live.drafters
+    assert ctl.plan([0], [100], 64).free == [False]
+    before = model.live.verify(1, 1)
+    for _ in range(LEARN_EVERY - 1):  # slower forwards: learnt only once LEARN_EVERY steps are kept
+        step(ctl, [0], [[1] * 12], [0], {**timings, "verify": 0.05})
+    assert model.live.verify(1, 1) == before
+    step(ctl, [0], [[1] * 12], [0], {**timings, "verify": 0.05})
+    assert model.live.verify(1, 1) > 1.5 * before
 
 
 def test_a_free_drafter_rests_after_looks_that_are_cut_not_after_finding_nothing():
