@@ -243,7 +243,12 @@ class GoodputController:
                 levels[r.member] = max(levels.get(r.member, 0), k)
                 nodes[r.member] = nodes.get(r.member, 0) + k
         lines = {name: table.draft_line(name) for name in self.order}
-        drafting = {name: table.draft(name, levels[name], nodes[name]) for name in nodes}
+
+        def draft_cost(name: str) -> float:  # CostTable.draft at lag 0, the fit read once per search
+            constant, per_level, per_node, _ = lines[name]
+            return max(0.0, constant + per_level * levels[name] + per_node * nodes[name])
+
+        drafting = {name: draft_cost(name) for name in nodes}
 
         known = [r.context for r in rows if r.context is not None]
         context = sum(known) / len(known) if known else None
@@ -290,8 +295,7 @@ class GoodputController:
             if r.member is not None and draft_seconds is None:
                 levels[r.member] = max(levels.get(r.member, 0), k + 1)
                 nodes[r.member] = nodes.get(r.member, 0) + 1
-                constant, per_level, per_node, _ = lines[r.member]
-                drafting[r.member] = max(0.0, constant + per_level * levels[r.member] + per_node * nodes[r.member])
+                drafting[r.member] = draft_cost(r.member)
             rate = tokens / max(seconds(), 1e-12)
             if rate > best_rate:
                 best_rate, best_kept = rate, list(kept)
@@ -496,10 +500,7 @@ class GoodputController:
             items_per_row.append(items)
             if pick not in cheap and cheap:  # a free drafter's draft may beat this one: look first
                 look[-1], look_budget[-1], rate[-1] = cheap[0], self._free_budget(row, cheap[0], cap), pick_rate
-        weights, base = (row_weights(max_depth, [self.rows[r].pace for r in row_ids], waiting,
-                                     *self._step_parts(len(row_ids), row_contexts),
-                                     [self._first_acceptance(self.rows[r]) for r in row_ids]) if self.live
-                         else ([1.0] * len(row_ids), None))
+        weights, base = self._weights(row_ids, max_depth, waiting, row_contexts)
         if self.live and len(row_ids) > 1 and any(
                 c is not None and not f and not fo for c, f, fo in zip(choice, free, forced)):
             # The batch as a whole: one verification forward for every row, priced together.
@@ -525,6 +526,16 @@ class GoodputController:
                     lags[drafter] = lags.get(drafter, 0.0) + self.rows[row_id].lag.get(drafter, 0.0)
         return Plan(choice, budgets, [f > 0 for f in forced], forced, free, look, look_budget, rate,
                     cheap_names, weights, [c for c in row_contexts if c is not None], lags, base)
+
+    def _weights(self, row_ids: Sequence[int], max_depth: Sequence[int], waiting: bool,
+                 contexts: Sequence[float | None]) -> tuple[list[float], float | None]:
+        """`row_weights` for this step; the static-batch prices are only read where they are used (a live
+        batch of several rows with no prompt waiting), not on every step of every call."""
+        if not self.live or waiting or len(row_ids) <= 1:
+            return [1.0] * len(row_ids), None
+        rows = [self.rows[r] for r in row_ids]
+        return row_weights(max_depth, [row.pace for row in rows], waiting, *self._step_parts(len(row_ids), contexts),
+                           [self._first_acceptance(row) for row in rows])
 
     def _step_parts(self, batch: int, contexts: Sequence[float | None]) -> tuple[float, float]:
         """(seconds a row adds to a plain step, the whole plain step): what one row leaving a static batch
@@ -867,14 +878,12 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool, 
     most = max(steps)
     last = [s >= most - 1.0 for s in steps]
     ending = max(0.0, step - count * marginal) / sum(last)
-    weights = []
+    factors = [a if is_last else 1.0 for a, is_last in zip(accept, last)]
+    before, after = [1.0] * (count + 1), [1.0] * (count + 1)  # products of the factors before / after row i
     for i in range(count):
-        others = 1.0
-        for j in range(count):
-            if j != i and last[j]:
-                others *= accept[j]
-        weights.append(marginal + (ending * others if last[i] else 0.0))
-    return weights, step
+        before[i + 1] = before[i] * factors[i]
+        after[count - 1 - i] = after[count - i] * factors[count - 1 - i]
+    return [marginal + (ending * before[i] * after[i + 1] if last[i] else 0.0) for i in range(count)], step
 
 
 def _sliced(draft: Draft, counts: list[int]) -> Draft:

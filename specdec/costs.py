@@ -282,14 +282,11 @@ class CostTable:
         constant, per_level, per_node, per_lag = self.draft_line(name)
         return max(0.0, constant + per_level * levels + per_node * nodes + per_lag * lag)
 
-    def draft_line(self, name: str) -> tuple[float, float, float, float]:
+    def draft_line(self, name: str) -> tuple[float, ...]:
         """The drafter's fitted seconds on [1, levels, nodes, lag]; zeros before its first draft (an unseen
         drafter costs nothing until measured). For pricing many sizes without a call per size."""
         fit = self.drafters.get(name)
-        if fit is None:
-            return (0.0, 0.0, 0.0, 0.0)
-        constant, per_level, per_node, per_lag = fit.weights
-        return constant, per_level, per_node, per_lag
+        return (0.0, 0.0, 0.0, 0.0) if fit is None else tuple(fit.weights)
 
     def draft_chain(self, name: str, count: int, lag: float = 0.0) -> list[float]:
         """`draft(name, k, k, lag)` for k = 0..count-1 (chains of k nodes), the fit read once."""
