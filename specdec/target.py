@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .cpu_linear import packed_view
 from .kv_cache import RaggedKVCache
 from .layer_attention import layer_attention
 
@@ -156,6 +157,10 @@ class TargetRunner:
         """`packed_inputs`: verify only the real tokens of each row, packed (None = in unpadded mode when
         the model supports it; the padded mode is the vanilla method and always pads its inputs)."""
         self.model = model
+        # Prefill and verification run a view of the model with oneDNN linear layers where that applies
+        # (fp32 on a CPU; `specdec.cpu_linear`), else the model itself. Scratch forwards run the model
+        # itself: a LayerSkipper patches the model's own modules while a self-speculating drafter drafts.
+        self.forward_model = packed_view(model) or model
         self.device = model_device(model)
         self.dtype = model_dtype(model)
         self.num_layers = model.config.num_hidden_layers
@@ -238,12 +243,15 @@ class TargetRunner:
         last_logits_only: bool = False,
         plain_causal: bool = False,
         valid: torch.Tensor | None = None,
+        scratch: bool = False,
     ) -> torch.Tensor:
         """`plain_causal`: every row starts at slot 0 and is causal, so let the model build its own
         causal mask (SDPA then takes its is_causal fast path instead of a dense additive mask).
         `valid` [B, T]: which inputs are real; with packed inputs only those are computed, and the
-        logits of the others come back as zeros."""
+        logits of the others come back as zeros. `scratch`: a self-speculating drafter's forward, which runs
+        the model itself."""
         batch, steps = positions.shape
+        model = self.model if scratch else self.forward_model
         kwargs = {}
         if last_logits_only and self._accepts_logits_to_keep:
             kwargs["logits_to_keep"] = 1
@@ -251,7 +259,7 @@ class TargetRunner:
         layout = self._layout(start, valid, batch, steps, mask)
         if layout is None:
             self.cache.set_plan(start, steps)
-            return self.model(
+            return model(
                 input_ids=None if input_ids is None else input_ids.to(self.device),
                 inputs_embeds=inputs_embeds, attention_mask=mask, position_ids=positions.to(self.device),
                 past_key_values=self.cache, use_cache=True, **kwargs,
@@ -272,7 +280,7 @@ class TargetRunner:
         config._attn_implementation_internal = RAGGED_ATTENTION
         _ACTIVE.layout = layout
         try:
-            logits = self.model(
+            logits = model(
                 input_ids=None if input_ids is None else input_ids.to(self.device), inputs_embeds=inputs_embeds,
                 attention_mask=mask, position_ids=position_ids.to(self.device), past_key_values=self.cache,
                 use_cache=True, **kwargs,
@@ -383,7 +391,7 @@ class TargetRunner:
         after each row's committed length. Writes only beyond the committed length, so the
         committed cache is left exactly as it was; returns logits [B, T, V]."""
         start, positions = self.scratch_slots(input_ids.shape[1], offset)
-        return self._run(start, positions, None, input_ids=input_ids)
+        return self._run(start, positions, None, input_ids=input_ids, scratch=True)
 
     def scratch_slots(self, steps: int, offset: int | torch.Tensor = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Where `scratch_forward` puts a chain of `steps` tokens `offset` slots past each row's committed

@@ -1,0 +1,123 @@
+"""The target's linear layers through oneDNN with prepacked weights, on a CPU in float32.
+
+Why: on a CPU, PyTorch runs an fp32 `nn.Linear` through MKL's GEMM, which at 2-8 input rows costs
+1.3-1.6x one row (measured on the default model: a 2-input verification forward took 1.31x a plain
+step, 4 inputs 1.34x). That made every extra verified token expensive here, unlike on a GPU, where
+verifying a few tokens costs about as much as one. oneDNN's inner-product kernel with its weights
+reordered once into its blocked layout streams each weight once for the whole forward: a plain step is
+~7% faster and a 4-input verification costs 0.95x a plain step (`benchmarks/results/cpu_linear/`). It
+is what `torch.compile`'s CPU backend does when it freezes weights; this keeps eager mode.
+
+How, without touching the user's model: `packed_view(model)` returns a structural copy of the model
+whose modules share every parameter, buffer and config with it, except that plain `nn.Linear` layers
+are replaced by `PackedLinear`, which holds the oneDNN copy of the weight. A module whose `forward` was
+replaced on the instance is kept as it is, with its sub-modules. The copy costs the linear
+weights' bytes once more, so it is made only while that stays under a quarter of the machine's
+memory. The view is kept per model (weakly) and rebuilt when the model's modules are replaced or a
+weight changes (tensor version counters), so an edited model never runs stale weights.
+
+Numerics: the same fp32 products summed in another order, as MKL's GEMM already does between one
+and several rows (logits differ by ~1e-6 relative); verification stays exact against the target as
+this runtime computes it, and the support check (`specdec.model_support`) compares against
+transformers' own forward.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import weakref
+from typing import Any
+
+import torch
+
+#: The packed copies may take at most this share of the machine's physical memory.
+MEMORY_SHARE = 0.25
+#: Smaller layers stay on MKL: oneDNN's call costs ~10 us more, which a layer this size (512 KiB in fp32)
+#: earns back by streaming its weight faster; tiny layers that sit in cache never do.
+MIN_WEIGHT_ELEMENTS = 1 << 17
+
+_VIEWS: weakref.WeakKeyDictionary[torch.nn.Module, _View] = weakref.WeakKeyDictionary()
+
+
+class PackedLinear(torch.nn.Module):
+    """`source`'s forward with its weight in oneDNN's blocked layout (read-only copy; bias shared)."""
+
+    def __init__(self, source: torch.nn.Linear) -> None:
+        super().__init__()
+        self.source = source
+        with torch.no_grad():
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(source.weight.detach(), None)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        flat = inputs.reshape(-1, inputs.shape[-1])
+        output = torch.ops.mkldnn._linear_pointwise.default(flat, self.packed, self.source.bias, "none", [], "")
+        return output.view(*inputs.shape[:-1], output.shape[-1])
+
+
+class _View:
+    """The copy of one model and what it was built from (to tell when it went stale)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.modules = _module_ids(model)
+        self.linears: list[tuple[torch.nn.Linear, torch.Tensor, int]] = []
+        self.model = self._copy(model)
+
+    def _copy(self, module: torch.nn.Module) -> torch.nn.Module:
+        if _packable(module):
+            self.linears.append((module, module.weight, module.weight._version))
+            return PackedLinear(module)
+        if "forward" in module.__dict__:  # patched on the instance (accelerate's hooks, a LayerSkipper): keep it,
+            return module                 # so the patch applies exactly as on the model, now and later
+        clone = copy.copy(module)  # same parameters, buffers, config and hooks; its own child list
+        clone._modules = {name: None if child is None else self._copy(child)
+                          for name, child in module._modules.items()}
+        return clone
+
+    def current(self, model: torch.nn.Module) -> bool:
+        return (all(linear.weight is weight and weight._version == version for linear, weight, version in self.linears)
+                and _module_ids(model) == self.modules)
+
+
+def _module_ids(model: torch.nn.Module) -> tuple[int, ...]:
+    return tuple(id(module) for module in model.modules())
+
+
+def _packable(module: torch.nn.Module) -> bool:
+    """Exactly `nn.Linear` (not a quantised subclass), fp32 on the CPU, big enough to gain (see
+    `MIN_WEIGHT_ELEMENTS`), with nothing hooked onto it."""
+    return (type(module) is torch.nn.Linear and module.weight.device.type == "cpu"
+            and module.weight.dtype == torch.float32 and module.weight.numel() >= MIN_WEIGHT_ELEMENTS
+            and "forward" not in module.__dict__
+            and not module._forward_hooks and not module._forward_pre_hooks)
+
+
+def available(model: torch.nn.Module) -> bool:
+    """True when the model's linear layers can run through oneDNN here: a CPU build with oneDNN, at least
+    one packable layer, and room for the packed copies (see `MEMORY_SHARE`)."""
+    if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        return False
+    linears = [module for module in model.modules() if _packable(module)]
+    if not linears:
+        return False
+    extra = sum(module.weight.numel() * module.weight.element_size() for module in linears)
+    return extra <= MEMORY_SHARE * _physical_memory()
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not a POSIX system: no way to tell, so no copies
+        return 0
+
+
+def packed_view(model: Any) -> torch.nn.Module | None:
+    """The model with its fp32 CPU linear layers on oneDNN (shared everything else), or None where that
+    does not apply (a GPU, another dtype, no oneDNN, not enough memory). Never modifies `model`."""
+    if not available(model):
+        return None
+    view = _VIEWS.get(model)
+    if view is None or not view.current(model):
+        view = _View(model)
+        _VIEWS[model] = view
+    return view.model

@@ -1,0 +1,134 @@
+"""The target's oneDNN linear layers on a CPU (`specdec.cpu_linear`): same tokens, the user's model
+untouched, never stale."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import hf_greedy
+from families import FAMILIES
+from specdec.drafters.layerskip.skipping import LayerSkipper
+
+import specdec
+from specdec import cpu_linear
+from specdec.target import TargetRunner
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+
+
+def wide_llama(seed: int = 0, arch: str = "llama") -> torch.nn.Module:
+    """Layers above `MIN_WEIGHT_ELEMENTS`, so they are packed (the shared tiny models are too small)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    shape = dict(vocab_size=512, hidden_size=384, intermediate_size=512, num_hidden_layers=2,
+                 num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256)
+    config, model_class = (LlamaConfig, LlamaForCausalLM) if arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    model = model_class(config(**shape, attn_implementation="sdpa")).eval()
+    with torch.no_grad():  # peaked logits, as in a trained model: ties of random logits would test noise
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def _snapshot(model: torch.nn.Module) -> tuple:
+    return (tuple(id(m) for m in model.modules()), {k: v.clone() for k, v in model.state_dict().items()},
+            [dict(m.__dict__.get("_modules", {})) for m in model.modules()],
+            [("forward" in m.__dict__) for m in model.modules()])
+
+
+def test_view_packs_big_linears_and_leaves_the_model_alone() -> None:
+    model = wide_llama()
+    before = _snapshot(model)
+    view = cpu_linear.packed_view(model)
+    assert view is not None and view is not model
+    packed = [m for m in view.modules() if isinstance(m, cpu_linear.PackedLinear)]
+    # q, o, gate, up, down per layer and the LM head; k and v (2 KV heads: 384 x 128) stay on MKL
+    assert len(packed) == 2 * 5 + 1
+    assert {id(m.source) for m in packed} == {id(m) for m in model.modules() if isinstance(m, torch.nn.Linear)
+                                              and m.weight.numel() >= cpu_linear.MIN_WEIGHT_ELEMENTS}
+    assert not any(isinstance(m, cpu_linear.PackedLinear) for m in model.modules())
+    ids = torch.randint(0, 512, (2, 40))
+    with torch.no_grad():
+        expected, got = model(ids).logits, view(ids).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    after = _snapshot(model)
+    assert before[0] == after[0] and before[2] == after[2] and before[3] == after[3]
+    assert all(torch.equal(before[1][k], after[1][k]) for k in before[1])
+    assert cpu_linear.packed_view(model) is view  # kept while the model is unchanged
+
+
+def test_tiny_models_gpu_dtypes_and_low_memory_get_no_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import tiny_model
+
+    assert cpu_linear.packed_view(tiny_model("llama")) is None  # every layer below MIN_WEIGHT_ELEMENTS
+    assert cpu_linear.packed_view(wide_llama().to(torch.bfloat16)) is None
+    monkeypatch.setattr(cpu_linear, "MEMORY_SHARE", 1e-9)
+    assert cpu_linear.packed_view(wide_llama()) is None
+
+
+def test_view_follows_weights_changed_in_place_and_replaced_modules() -> None:
+    model = wide_llama()
+    ids = torch.randint(0, 512, (1, 24))
+    view = cpu_linear.packed_view(model)
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight.mul_(3.0)  # in place: the packed copy is now stale
+        fresh = cpu_linear.packed_view(model)
+        assert fresh is not view
+        torch.testing.assert_close(fresh(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-4)
+        model.model.layers[0].self_attn.o_proj = torch.nn.Linear(384, 384, bias=False)  # a new module
+        newest = cpu_linear.packed_view(model)
+        assert newest is not fresh
+        torch.testing.assert_close(newest(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_a_module_patched_on_the_instance_is_kept_not_copied() -> None:
+    """A view built while a LayerSkipper patches the model must not keep the patch after it ends."""
+    model = wide_llama()
+    ids = torch.randint(0, 512, (1, 24))
+    with torch.no_grad():
+        with LayerSkipper(model, attention=[0], mlp=[1]):
+            view = cpu_linear.packed_view(model)
+            skipped = model(ids).logits
+            torch.testing.assert_close(view(ids).logits, skipped, rtol=1e-4, atol=1e-4)
+        assert cpu_linear.packed_view(model) is view
+        full = model(ids).logits
+        assert not torch.allclose(full, skipped, atol=1e-3)
+        torch.testing.assert_close(view(ids).logits, full, rtol=1e-4, atol=1e-4)
+
+
+def widened(family: str, seed: int = 0) -> torch.nn.Module:
+    """A test family's model (its windows, layer types and norms) with MLPs wide enough to be packed."""
+    import transformers
+
+    spec = FAMILIES[family]
+    config = spec.config()
+    config.intermediate_size = 512
+    config.hidden_size = 256
+    torch.manual_seed(seed)
+    model = getattr(transformers, spec.model_class)(config).eval()
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)
+    return model
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen2_windows", "gemma3"])
+def test_runner_uses_the_view_and_greedy_matches_transformers(family: str) -> None:
+    """Chains and trees with wrong branches verified through the packed layers, on full, sliding-window and
+    hybrid local/global models with windows shorter than the text: transformers' greedy tokens."""
+    model = wide_llama(seed=3, arch=family) if family in ("llama", "qwen2") else widened(family)
+    runner = TargetRunner(model, 1, 64)
+    assert any(isinstance(m, cpu_linear.PackedLinear) for m in runner.forward_model.modules())
+    vocab = model.get_input_embeddings().weight.shape[0]
+    prompt = torch.randint(0, vocab, (30,), generator=torch.Generator().manual_seed(1)).tolist()
+    expected = hf_greedy(model, prompt, 40)
+    cells = [("none", None), ("anpd", None)]
+    if family != "gemma3":  # layer_skip knows Llama-family layouts
+        cells.append(("layer_skip", {"skip": {"attention": [1], "mlp": []}, "schedule": "own"}))
+    for drafter, options in cells:
+        out = specdec.generate(model, prompt, drafter=drafter, drafter_options=options, max_new_tokens=40,
+                               controller=False)
+        assert out.sequences[0] == expected, drafter
+    short = prompt[:9]  # a ragged batch: packed inputs through the packed layers
+    out = specdec.generate(model, [prompt, short], drafter="anpd", max_new_tokens=24, controller=False)
+    assert out.sequences == [expected[:24], hf_greedy(model, short, 24)]
