@@ -190,7 +190,9 @@ def _prune_extra(
     combined_index = torch.cat([new_index, new_width + torch.cumsum(extra_keep.long(), dim=1) - 1], dim=1)
     new_parents = torch.where(parents >= 0, combined_index.gather(1, parents.clamp(min=0)), -1)
     embeds, new_parents = _compact(extra_keep.to(extra.embeds.device), extra.embeds, new_parents)
-    return ExtraSlots(embeds, new_parents, extra_keep.sum(dim=1))
+    counts = extra_keep.sum(dim=1)
+    slots = int(counts.max()) if counts.numel() else 0  # narrowed like the nodes: padding is computed at batch 1
+    return ExtraSlots(embeds[:, :slots].contiguous(), new_parents[:, :slots].contiguous(), counts)
 
 
 def validate_verdict(verdict: Verdict, draft: Draft, verifier: str) -> Verdict:

@@ -77,6 +77,28 @@ def test_budget_and_context_pruning() -> None:
         assert out.sequences[0] == expected
 
 
+def test_cutting_a_draft_narrows_its_prompt_slots_to_the_widest_row() -> None:
+    """A cut draft's extra slots are compacted and narrowed like its nodes: at batch 1 every input is
+    computed, so slots left as padding made a 4-input PPD step cost a 13-input forward."""
+    from specdec.draft import Draft, ExtraSlots
+    from specdec.validation import keep_nodes
+
+    # Row 0: nodes 0 <- 1, 2 (children of the root); slots: 2 under the root, 2 under node 0, 2 under node 2.
+    # Row 1: one node and one root slot.
+    tokens = torch.tensor([[5, 6, 7], [8, 0, 0]])
+    parents = torch.tensor([[-1, 0, -1], [-1, 0, 0]])
+    embeds = torch.arange(2 * 6 * 4, dtype=torch.float32).view(2, 6, 4)
+    slot_parents = torch.tensor([[-1, -1, 0, 0, 2, 2], [-1, 0, 0, 0, 0, 0]])
+    draft = Draft(tokens, parents, torch.tensor([3, 1]), extra=ExtraSlots(embeds, slot_parents, torch.tensor([6, 1])))
+    cut = keep_nodes(draft, torch.tensor([[True, False, False], [False, False, False]]))
+    assert cut.width == 1 and cut.num_nodes.tolist() == [1, 0]
+    assert cut.extra.num_slots.tolist() == [4, 1]
+    assert cut.extra.embeds.shape[1] == 4  # not the 6 slots proposed
+    assert torch.equal(cut.extra.embeds[0], embeds[0, :4])
+    assert cut.extra.parents[0].tolist() == [-1, -1, 0, 0]
+    assert torch.equal(cut.extra.embeds[1, :1], embeds[1, :1]) and cut.extra.parents[1, 0].item() == -1
+
+
 class _RecordingPPD(PPDDrafter):
     """Records the predictions the drafter derived after each step."""
 
