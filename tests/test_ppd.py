@@ -18,7 +18,14 @@ from specdec.drafters.ppd.distill import student_logits, teacher_continuation
 from specdec.drafters.ppd.draft_model import PPDDraftModelDrafter, PPDDraftModelOptions
 from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions
 from specdec.drafters.ppd.evaluate import accuracies_from_counts, anchored_rank_counts, ppd_predictor
-from specdec.drafters.ppd.profile import device_key, plot_profile, run_profile, save_profile
+from specdec.drafters.ppd.profile import (
+    device_key,
+    goodput_candidates,
+    measure_goodput,
+    plot_profile,
+    run_profile,
+    save_profile,
+)
 from specdec.drafters.ppd.prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
 from specdec.drafters.ppd.train import default_args, objective, read_texts, train
 from specdec.drafters.ppd.trees import (
@@ -434,6 +441,35 @@ def test_profile_is_used_only_on_its_own_device(tmp_path) -> None:
         specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=3)
     assert drafter.tree_size != 16
     assert any("not reusing another device" in str(w.message) for w in caught)
+
+
+def test_goodput_choice_of_the_profile_sets_prompts_and_ensemble_width(tmp_path) -> None:
+    """The profile times the goodput controller with each (m, n_ept) and stores the fastest; the drafter
+    uses it under the goodput schedule only, and options still win."""
+    model = tiny_model("llama")
+    checkpoint = random_checkpoint(model, 3, 4, 0)
+    path = tmp_path / "ppd_prompts.safetensors"
+    checkpoint.save(path)
+    assert goodput_candidates(3, 4) == [(m, e) for m in (1, 2, 3) for e in (1, 2, 4)]
+    assert goodput_candidates(1, 3) == [(1, 1), (1, 2), (1, 3)]
+    choice = measure_goodput(model, path, [[1, 2, 3, 4], [5, 6, 7]], [(1, 1), (3, 4)], max_new_tokens=4, rounds=1)
+    assert set(choice["seconds"]) == {"none", "1x1", "3x4"} and all(v > 0 for v in choice["seconds"].values())
+    assert (choice["num_prompts"], choice["num_ept"]) in {(1, 1), (3, 4)}
+    faster = min(("1x1", "3x4"), key=choice["seconds"].__getitem__)
+    assert f"{choice['num_prompts']}x{choice['num_ept']}" == faster
+    save_profile(tmp_path / "ppd_prompts.profile.json", checkpoint.fingerprint, device_key("cpu"),
+                 {"best_size": 8, "best_num_prompts": 3, "goodput": dict(choice, num_prompts=2, num_ept=2)})
+    prompt = [1, 2, 3]
+    expected = hf_greedy(model, prompt, 6)
+    cases = [({}, (2, 2)), ({"num_ept": 4}, (2, 4)), ({"num_prompts": 1}, (1, 2)), ({"schedule": "profile"}, (3, 4))]
+    for options, (m, ept) in cases:
+        drafter = PPDDrafter(PPDOptions(checkpoint=str(path), **options))
+        out = specdec.generate(model, prompt, drafter=drafter, max_new_tokens=6)
+        assert (drafter.num_prompts, drafter._num_ept) == (m, ept), options
+        assert out.sequences[0] == expected
+    drafter = PPDDrafter(PPDOptions(checkpoint=str(path)))
+    specdec.generate(model, prompt, drafter=drafter, max_new_tokens=6, controller=False)
+    assert drafter._num_ept == 4  # without the controller: the profile schedule's sizes, all ensemble tokens
 
 
 # -- PPD + draft model ----------------------------------------------------------------------------

@@ -44,9 +44,11 @@ class PPDOptions(BaseModel):
                           "default model (an error for other models)")
     random_init: bool = Field(False, description="untrained prompts from token embeddings (tests, smoke runs)")
     num_prompts: int | None = Field(None, ge=1, le=8, description="prompt tokens m used: random_init 3; with "
-                                    "a checkpoint the first m of its prompts (None = the profile's or all)")
+                                    "a checkpoint the first m of its prompts (None = the device profile's "
+                                    "choice for the schedule, else all)")
     num_ept: int | None = Field(None, ge=1, le=128, description="ensemble prompt tokens per prompt used at "
-                                "inference; None = all in the checkpoint (random_init: 1)")
+                                "inference; None = the device profile's goodput choice under the goodput "
+                                "schedule, else all in the checkpoint (random_init: 1)")
     tree: Literal["dynamic", "static"] = Field("dynamic", description="dynamic sparse tree per state, or "
                                                "the naive tree (every candidate gets m prompts)")
     tree_size: int | None = Field(None, ge=2, le=1024, description="candidates + prompts per step; None = "
@@ -154,6 +156,18 @@ class PPDDrafter(Drafter):
             checkpoint.check_model(model, f"PPD checkpoint {str(path)!r}")
         return checkpoint, path
 
+    def _goodput_choice(self, checkpoint_path: Path | None, device: torch.device) -> tuple[int | None, int | None]:
+        """(prompt count, ensemble tokens) the device profile measured the goodput controller fastest with
+        (see `profile.measure_goodput`), or Nones without one: the prompt slots under the root are paid on
+        every drafting step, so how many pay depends on the device."""
+        opts = self.options
+        profile_file = Path(opts.profile) if opts.profile else (
+            profile_path_for(checkpoint_path) if checkpoint_path is not None else None)
+        if profile_file is None or not profile_file.is_file():
+            return None, None
+        choice = load_profile(profile_file).get("devices", {}).get(device_key(device), {}).get("goodput")
+        return (None, None) if choice is None else (int(choice["num_prompts"]), int(choice["num_ept"]))
+
     def _choose_size(self, checkpoint_path: Path | None, device: torch.device, goodput: bool = False
                      ) -> tuple[int, int | None]:
         """(tree size, prompt count or None) from the options, else the controller's default size, else
@@ -205,13 +219,14 @@ class PPDDrafter(Drafter):
     def setup(self, context: GenerationContext) -> None:
         model = context.model
         checkpoint, path = self._checkpoint_for(model)
-        num_ept = self.options.num_ept or checkpoint.num_ept
-        if num_ept > checkpoint.num_ept:
-            raise DrafterError(f"ppd: num_ept={num_ept} but the checkpoint has {checkpoint.num_ept} per prompt")
         # "goodput" without the controller (generate(controller=False)): the profile, as before it.
         self.goodput = self.options.schedule == "goodput" and context.goodput
+        goodput_m, goodput_ept = self._goodput_choice(path, context.device) if self.goodput else (None, None)
+        num_ept = self.options.num_ept or goodput_ept or checkpoint.num_ept
+        if num_ept > checkpoint.num_ept:
+            raise DrafterError(f"ppd: num_ept={num_ept} but the checkpoint has {checkpoint.num_ept} per prompt")
         self.tree_size, profiled_m = self._choose_size(path, context.device, self.goodput)
-        m = self.options.num_prompts or profiled_m or checkpoint.num_prompts
+        m = self.options.num_prompts or goodput_m or profiled_m or checkpoint.num_prompts
         if m > checkpoint.num_prompts:
             raise DrafterError(f"ppd: num_prompts={m} but the checkpoint has {checkpoint.num_prompts} prompt tokens")
         accuracies = (checkpoint.accuracies or prior_accuracies(checkpoint.num_prompts, min(10, context.vocab_size)))[:m]

@@ -1,6 +1,14 @@
 """Hardware-aware tree sizing (P §4.2.2): measure latency(n) of the verification forward on this
 device, take tau(n) from the tree builder's expected acceptance, pick n* = argmax tau(n)/latency(n),
 and store it keyed by device so a profile is never silently reused on other hardware.
+
+Under the goodput controller (the default schedule) the tree is cut per step, but the prompt slots
+under the root are paid on every drafting step: m prompts x n_ept ensemble tokens inputs, which the
+controller cannot cut. How many are worth it depends on the device (on a GPU a dozen extra inputs cost
+nothing; on a CPU they cost 20% of a step) and on how much the ensemble adds, which the checkpoint's
+accuracies do not say for fewer tokens. So the profile also measures it end to end (`measure_goodput`):
+the bundled Spec-Bench prompts decoded under the controller with each (m, n_ept), interleaved, and the
+fastest is stored as the entry's "goodput" choice, which the drafter uses where no option says otherwise.
 """
 
 from __future__ import annotations
@@ -113,6 +121,53 @@ def plot_profile(entry: dict, path: str | Path, title: str) -> None:
     plt.close(fig)
 
 
+def goodput_candidates(num_prompts: int, num_ept: int) -> list[tuple[int, int]]:
+    """(m, ensemble tokens) pairs to time: every prompt count with 1, 2, 4, ... up to all the ensemble tokens."""
+    widths = sorted({1 << i for i in range(num_ept.bit_length()) if 1 << i <= num_ept} | {num_ept})
+    return [(m, e) for m in range(1, num_prompts + 1) for e in widths]
+
+
+def measure_goodput(model, checkpoint_path: Path, prompts: list[list[int]], candidates: list[tuple[int, int]],
+                    max_new_tokens: int = 64, rounds: int = 2) -> dict:
+    """Seconds (this process's CPU time with one torch thread, else wall time) to decode `prompts` under the
+    goodput controller with each (m, n_ept) and with no drafter, interleaved per prompt so load drift hits
+    all alike; the fastest pair. Every output is checked equal to plain decoding's."""
+    import specdec
+    from specdec.costs import cost_clock
+
+    from .drafter import PPDDrafter, PPDOptions
+
+    clock = cost_clock(model.get_input_embeddings().weight.device)
+    drafters = {"none": None}
+    for m, e in candidates:
+        drafters[f"{m}x{e}"] = PPDDrafter(PPDOptions(checkpoint=str(checkpoint_path), num_prompts=m, num_ept=e))
+    for drafter in drafters.values():  # warm-up: cost curves, first-call setup
+        specdec.generate(model, prompts[0], drafter=drafter, max_new_tokens=8)
+    seconds = dict.fromkeys(drafters, 0.0)
+    for _ in range(rounds):
+        for prompt in prompts:
+            reference = None
+            for name, drafter in drafters.items():
+                started = clock()
+                out = specdec.generate(model, prompt, drafter=drafter, max_new_tokens=max_new_tokens)
+                seconds[name] += clock() - started
+                reference = out.sequences[0] if reference is None else reference
+                if out.sequences[0] != reference:
+                    raise RuntimeError(f"ppd {name} changed the greedy output: the runtime is broken")
+    best = min((name for name in drafters if name != "none"), key=seconds.__getitem__)
+    m, e = (int(x) for x in best.split("x"))
+    return {"num_prompts": m, "num_ept": e, "speedup_vs_none": seconds["none"] / seconds[best],
+            "seconds": seconds, "prompts": len(prompts), "max_new_tokens": max_new_tokens, "rounds": rounds}
+
+
+def benchmark_prompts(tokenizer, context: int | None, max_new_tokens: int) -> list[list[int]]:
+    """One prompt per Spec-Bench category, from the copy shipped in the package."""
+    from specdec.benchmarks.datasets import PromptBuilder, load_dataset
+
+    builder = PromptBuilder(tokenizer, context, max_new_tokens)
+    return [builder.encode([], sample.turns[0])[0] for sample in load_dataset("spec_bench", per_category=1)]
+
+
 def build_parser():
     import argparse
 
@@ -129,6 +184,8 @@ def build_parser():
     parser.add_argument("--out", default=None, help="profile JSON (default: beside the checkpoint)")
     parser.add_argument("--plot", default=None, help="also write the tau/latency plot here (PNG)")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--no-goodput", action="store_true", help="skip measuring the prompt count and ensemble "
+                        "width the goodput controller runs fastest with (needs a tokenizer beside the model)")
     return parser
 
 
@@ -172,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     from .drafter import default_checkpoint_path, profile_path_for
     from .prompts import PromptCheckpoint
 
-    model, _ = load_model(args.model)
+    model, tokenizer = load_model(args.model)
     if args.checkpoint is None and args.model != "default":
         raise SystemExit("specdec profile: --checkpoint is required unless --model default")
     checkpoint_path = Path(args.checkpoint) if args.checkpoint else default_checkpoint_path()
@@ -182,6 +239,18 @@ def main(argv: list[str] | None = None) -> int:
     counts = args.num_prompts or list(range(1, checkpoint.num_prompts + 1))
     entry = run_profile(model, checkpoint, sorted(set(args.sizes)), args.tree, args.context, args.repeats,
                         sorted(set(counts)))
+    if not args.no_goodput:
+        if tokenizer is None:
+            raise SystemExit("specdec profile: measuring the goodput choice needs a tokenizer beside the model "
+                             "(or pass --no-goodput)")
+        from specdec.target import context_length
+
+        prompts = benchmark_prompts(tokenizer, context_length(model), 64)
+        entry["goodput"] = measure_goodput(model, checkpoint_path, prompts,
+                                           goodput_candidates(checkpoint.num_prompts, checkpoint.num_ept))
+        choice = entry["goodput"]
+        print(f"goodput controller: fastest with m={choice['num_prompts']} and {choice['num_ept']} ensemble "
+              f"token(s) per prompt ({choice['speedup_vs_none']:.2f}x plain decoding over {len(prompts)} prompts)")
     out = Path(args.out) if args.out else profile_path_for(checkpoint_path)
     save_profile(out, checkpoint.fingerprint, key, entry)
     for m, curve in entry["curves"].items():
