@@ -7,8 +7,9 @@
 p comes from `specdec.acceptance` (per row: conditional by node position, read against the drafter's
 scores), the costs from `specdec.costs` (measured on this device). Nodes are added best-first across
 rows (the likeliest token per input first), every prefix of that order is priced and the best one is
-kept, so the step-shaped cost curves of real hardware (on this CPU 2-5 inputs cost ~1.35x one, 8 cost
-~1.6x) are handled exactly. Weights are 1 while prompts wait (continuous batching); in a static batch
+kept, so the step-shaped cost curves of real hardware (on this CPU through MKL 2-5 inputs cost ~1.35x
+one and 8 ~1.6x; through the runtime's oneDNN layers 1-6 inputs cost about the same and 16 ~1.5x) are
+handled exactly. Weights are 1 while prompts wait (continuous batching); in a static batch
 tokens of the row expected to finish last count most (`row_weights`).
 
 Twice per step:

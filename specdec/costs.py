@@ -5,8 +5,9 @@ Three parts, kept in one `CostModel` per (model, device):
 
 * the verification forward, seconds as a function of the batch and the number of inputs (one root per
   row plus draft nodes and extra slots). Measured at first use (a few dozen forwards per batch-size
-  bucket, seconds in all) because the curve is not linear on real hardware: on a CPU, 2 inputs cost
-  ~1.4x one input while 3 to 8 cost about the same as 2. Every real step is compared with the curve;
+  bucket, seconds in all) because the curve is not linear on real hardware: on a CPU through MKL, 2
+  inputs cost ~1.4x one input while 3 to 8 cost about the same as 2; through oneDNN (`specdec.cpu_linear`)
+  1 to 6 cost about the same. Every real step is compared with the curve;
   a persistent drift rescales it and, past a limit, re-measures it at the next call.
 * each drafter's own cost per step (seconds = base + per level + per node), learnt online from the
   time of its `propose` calls, by exponentially weighted least squares.
