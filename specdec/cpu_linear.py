@@ -1,12 +1,12 @@
 """The target's linear layers through oneDNN with prepacked weights, on a CPU in float32.
 
 Why: on a CPU, PyTorch runs an fp32 `nn.Linear` through MKL's GEMM, which at 2-8 input rows costs
-1.3-1.6x one row (measured on the default model: a 2-input verification forward took 1.31x a plain
-step, 4 inputs 1.34x). That made every extra verified token expensive here, unlike on a GPU, where
-verifying a few tokens costs about as much as one. oneDNN's inner-product kernel with its weights
-reordered once into its blocked layout streams each weight once for the whole forward: a plain step is
-~7% faster and a 4-input verification costs 0.95x a plain step (`benchmarks/results/cpu_linear/`). It
-is what `torch.compile`'s CPU backend does when it freezes weights; this keeps eager mode.
+1.3-1.6x one row (on the default model a 2-input verification forward took 1.37x a plain step, 4
+inputs 1.37x, 8 inputs 1.56x). That made every extra verified token expensive here, unlike on a GPU,
+where verifying a few tokens costs about as much as one. oneDNN's inner-product kernel with its weights
+reordered once into its blocked layout streams each weight once for the whole forward: 2-6 inputs cost
+1.01-1.04x a plain step, and the plain step is 4% faster (`benchmarks/results/cpu_linear/`). It is
+what `torch.compile`'s CPU backend does when it freezes weights; this keeps eager mode.
 
 How, without touching the user's model: `packed_view(model)` returns a structural copy of the model
 whose modules share every parameter, buffer and config with it, except that plain `nn.Linear` layers
