@@ -57,11 +57,12 @@ def test_view_packs_big_linears_and_leaves_the_model_alone() -> None:
     assert cpu_linear.packed_view(model) is view  # kept while the model is unchanged
 
 
-def test_tiny_models_gpu_dtypes_and_low_memory_get_no_view(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tiny_models_other_devices_and_dtypes_and_low_memory_get_no_view(monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import tiny_model
 
     assert cpu_linear.packed_view(tiny_model("llama")) is None  # every layer below MIN_WEIGHT_ELEMENTS
     assert cpu_linear.packed_view(wide_llama().to(torch.bfloat16)) is None
+    assert cpu_linear.packed_view(wide_llama().to("meta")) is None  # not on the CPU (as on a GPU)
     monkeypatch.setattr(cpu_linear, "MEMORY_SHARE", 1e-9)
     assert cpu_linear.packed_view(wide_llama()) is None
 
