@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from .errors import UnsupportedModelError
+from .forward_arguments import CACHE_KEYWORDS, cache_keyword
 from .layer_attention import (
     LayerAttention,
     attention_implementation,
@@ -49,7 +50,9 @@ def check_model_supported(model: Any) -> None:
         raise UnsupportedModelError(f"{name} has no language-model head (get_output_embeddings() "
                                     "is None); load it with AutoModelForCausalLM", feature="no language-model head")
     accepted = inspect.signature(model.forward).parameters
-    missing = [arg for arg in ("attention_mask", "position_ids", "past_key_values") if arg not in accepted]
+    missing = [arg for arg in ("attention_mask", "position_ids") if arg not in accepted]
+    if cache_keyword(model) is None:
+        missing.append(" or ".join(CACHE_KEYWORDS))
     if missing:
         raise UnsupportedModelError(
             f"{name}.forward does not take {', '.join(missing)}: specdec needs a KV-cache causal LM "

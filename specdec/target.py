@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .cpu_linear import packed_view
+from .forward_arguments import cache_keyword
 from .kv_cache import RaggedKVCache
 from .layer_attention import layer_attention
 
@@ -177,6 +178,7 @@ class TargetRunner:
         # too): EMS-SD's padding ratio is this over the generated tokens.
         self.holes_added = 0
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._cache_keyword = cache_keyword(model) or "past_key_values"  # refused before here when None
         self.embed = model.get_input_embeddings()
         # The vanilla padded mode keeps transformers' own attention: one shared write pointer, dense.
         check_packed_inputs(model, padded, packed_inputs)
@@ -262,7 +264,7 @@ class TargetRunner:
             return model(
                 input_ids=None if input_ids is None else input_ids.to(self.device),
                 inputs_embeds=inputs_embeds, attention_mask=mask, position_ids=positions.to(self.device),
-                past_key_values=self.cache, use_cache=True, **kwargs,
+                use_cache=True, **{self._cache_keyword: self.cache}, **kwargs,
             ).logits
         position_ids = positions
         if layout.flat is None:
@@ -282,8 +284,8 @@ class TargetRunner:
         try:
             logits = model(
                 input_ids=None if input_ids is None else input_ids.to(self.device), inputs_embeds=inputs_embeds,
-                attention_mask=mask, position_ids=position_ids.to(self.device), past_key_values=self.cache,
-                use_cache=True, **kwargs,
+                attention_mask=mask, position_ids=position_ids.to(self.device), use_cache=True,
+                **{self._cache_keyword: self.cache}, **kwargs,
             ).logits
         finally:
             config._attn_implementation_internal = previous

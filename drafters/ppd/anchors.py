@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from specdec.forward_arguments import cache_keyword
+
 from .distill import _crop_to
 
 
@@ -54,7 +56,7 @@ def greedy_chains(model: torch.nn.Module, ids: torch.Tensor, anchors: torch.Tens
     cache = DynamicCache()
     positions = torch.arange(length, device=device)[None, :].expand(batch, length)
     try:
-        logits = model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True).logits
+        logits = model(input_ids=ids, position_ids=positions, use_cache=True, **{cache_keyword(model): cache}).logits
     finally:
         if hook is not None:
             hook.remove()
@@ -68,8 +70,8 @@ def greedy_chains(model: torch.nn.Module, ids: torch.Tensor, anchors: torch.Tens
         allowed = torch.cat([_prefix_part(length, anchors), earlier, same_anchor], dim=1)
         mask = _additive(allowed, dtype).expand(batch, -1, -1, -1)
         position = (anchors + i)[None, :].expand(batch, num)
-        logits = model(input_ids=tokens[-1], position_ids=position, attention_mask=mask, past_key_values=cache,
-                       use_cache=True).logits
+        logits = model(input_ids=tokens[-1], position_ids=position, attention_mask=mask, use_cache=True,
+                       **{cache_keyword(model): cache}).logits
         targets.append(logits.float())
         tokens.append(logits.argmax(dim=-1))
         earlier = torch.cat([earlier, same_anchor], dim=1)
@@ -105,6 +107,6 @@ def anchored_student_logits(model: torch.nn.Module, cache: DynamicCache, prefix_
     positions = (anchors[:, None] + offsets[None, :]).reshape(1, slots).expand(batch, -1)
     mask = anchored_mask(prefix_length, anchors, num_prompts, num_ept, weight.dtype).expand(batch, -1, -1, -1)
     logits = model(inputs_embeds=inputs.reshape(batch, slots, hidden), position_ids=positions, attention_mask=mask,
-                   past_key_values=cache, use_cache=True).logits
+                   use_cache=True, **{cache_keyword(model): cache}).logits
     _crop_to(cache, prefix_length)
     return logits.float().reshape(batch, num, num_prompts, num_ept, -1).mean(dim=3)

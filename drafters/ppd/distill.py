@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from specdec.forward_arguments import cache_keyword
+
 
 def _crop_to(cache: DynamicCache, length: int) -> None:
     """Keep the first `length` tokens (transformers 5.x crop() takes a negative count to drop)."""
@@ -33,13 +35,13 @@ def teacher_continuation(model: torch.nn.Module, prefix: torch.Tensor, num_promp
     device = prefix.device
     cache = DynamicCache()
     positions = torch.arange(length, device=device)[None, :].expand(batch, length)
-    logits = model(input_ids=prefix, position_ids=positions, past_key_values=cache, use_cache=True).logits[:, -1]
+    logits = model(input_ids=prefix, position_ids=positions, use_cache=True, **{cache_keyword(model): cache}).logits[:, -1]
     tokens = [logits.argmax(dim=-1)]
     targets = []
     for i in range(num_prompts):
         position = torch.full((batch, 1), length + i, device=device, dtype=torch.long)
-        logits = model(input_ids=tokens[-1][:, None], position_ids=position, past_key_values=cache,
-                       use_cache=True).logits[:, -1]
+        logits = model(input_ids=tokens[-1][:, None], position_ids=position, use_cache=True,
+                       **{cache_keyword(model): cache}).logits[:, -1]
         targets.append(logits.float())
         tokens.append(logits.argmax(dim=-1))
     _crop_to(cache, length)
@@ -71,7 +73,7 @@ def student_logits(model: torch.nn.Module, cache: DynamicCache, prefix_length: i
     positions = (prefix_length + torch.arange(num_prompts, device=weight.device)).repeat_interleave(num_ept)
     mask = ensemble_mask(prefix_length, num_prompts, num_ept, weight.dtype, weight.device).expand(batch, -1, -1, -1)
     logits = model(inputs_embeds=inputs, position_ids=positions[None, :].expand(batch, -1), attention_mask=mask,
-                   past_key_values=cache, use_cache=True).logits
+                   use_cache=True, **{cache_keyword(model): cache}).logits
     _crop_to(cache, prefix_length)
     return logits.float().reshape(batch, num_prompts, num_ept, -1).mean(dim=2)
 
