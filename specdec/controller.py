@@ -618,15 +618,15 @@ class GoodputController:
         else:
             kept = self._solve(items_rows, batch, draft_seconds or 0.0, plan.base)
         expected = [1.0 + sum(items.probs[:k]) for items, k in zip(items_rows, kept)]
-        keep = torch.zeros(batch, width, dtype=torch.bool)
-        engaged = torch.zeros(batch, dtype=torch.bool)
+        keep = [[False] * width for _ in range(batch)]
+        engaged = [False] * batch
         kept_counts: list[int] = []
         for b in range(batch):
             k = min(kept[b], len(orders[b]))
             if plan.choice[b] is not None and plan.budget[b] > 0 and (k > 0 or counts[b] == 0):
                 engaged[b] = True  # a row drafting nothing yet (PPD's first step) keeps its root slots
-            if k:
-                keep[b, orders[b][:k]] = True
+            for node in orders[b][:k]:
+                keep[b][node] = True
             orders[b] = orders[b][:k]
             kept_counts.append(k)
             if ups[b] is not None:
@@ -637,7 +637,7 @@ class GoodputController:
         elif prefix:  # chains and breadth-first trees: a slice, no reordering
             cut_draft = _sliced(draft, kept_counts)
         elif width or draft.extra is not None:
-            cut_draft = keep_nodes(draft, keep.to(draft.tokens.device), None, engaged)
+            cut_draft = keep_nodes(draft, keep, None, engaged)
         else:
             cut_draft = draft
         # Position order in the cut draft's indices (kept nodes are compacted in their original order).
@@ -645,7 +645,7 @@ class GoodputController:
             if orders[b]:
                 rank = {node: i for i, node in enumerate(sorted(orders[b]))}
                 orders[b] = [rank[node] for node in orders[b]]
-        return cut_draft, Cut(orders, ups, counts, root_extras, node_extras, engaged.tolist(), expected)
+        return cut_draft, Cut(orders, ups, counts, root_extras, node_extras, engaged, expected)
 
     def _rank(self, b: int, name: str, n: int, parents: list[int], scores: list[float] | None, scored: bool,
               observe: bool = False, explore: bool = False) -> tuple[list[int], list[int], list[float]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .draft import Draft, ExtraSlots, Verdict, node_depths
+from .draft import Draft, ExtraSlots, Verdict
 from .errors import DrafterError, VerifierError
 
 
@@ -90,20 +90,9 @@ def _validate_extra(extra: ExtraSlots, drafter: str, batch: int, width: int) -> 
         raise _fail(drafter, "extra slot parents must be -1, a node, or an earlier extra slot")
 
 
-def _compact(keep: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Move kept entries of each row to the front (stable) for each [B, N, ...] tensor."""
-    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)
-    out = []
-    for tensor in tensors:
-        index = order.to(tensor.device)
-        while index.dim() < tensor.dim():
-            index = index.unsqueeze(-1)
-        out.append(tensor.gather(1, index.expand(*order.shape, *tensor.shape[2:])))
-    return tuple(out)
-
-
 def prune_draft(draft: Draft, max_depth: torch.Tensor, extra_max_depth: torch.Tensor | None) -> Draft:
-    """Drop nodes deeper than max_depth[b] (the remaining token budget) and their extra slots.
+    """Drop nodes deeper than max_depth[b] (the remaining token budget) and their extra slots, and extra
+    slots deeper than extra_max_depth[b] (the context limit).
 
     Deeper nodes could never be emitted, so verifying them would only waste compute; their
     descendants are deeper still, so the kept set is always a tree.
@@ -123,76 +112,114 @@ def prune_draft(draft: Draft, max_depth: torch.Tensor, extra_max_depth: torch.Te
             return Draft(draft.tokens[:, :new_width], draft.parents[:, :new_width], counts,
                          None if draft.q is None else draft.q[:, :new_width], None,
                          None if draft.scores is None else draft.scores[:, :new_width])
-    device = draft.tokens.device
-    valid = draft.node_mask()
-    depths = node_depths(draft.parents, valid)
-    keep = valid & (depths <= max_depth.to(device)[:, None])
-    if bool((keep == valid).all()) and draft.extra is None:
-        return draft
-    return keep_nodes(draft, keep, extra_max_depth)
+    return _restrict(draft, None, max_depth.tolist(),
+                     None if extra_max_depth is None else extra_max_depth.expand(draft.batch_size).tolist(), None)
 
 
-def keep_nodes(draft: Draft, keep: torch.Tensor, extra_max_depth: torch.Tensor | None = None,
-               root_extras: torch.Tensor | None = None) -> Draft:
+def keep_nodes(draft: Draft, keep: torch.Tensor | list[list[bool]], extra_max_depth: torch.Tensor | None = None,
+               root_extras: torch.Tensor | list[bool] | None = None) -> Draft:
     """The draft restricted to the nodes `keep` [B, N] (a connected subtree per row: every kept node's
     parent is kept), compacted in their original order and narrowed to the widest row, with the extra
     slots hanging from kept nodes. `root_extras` [B] bool drops the extra slots hanging from the root
     where False (a plain step). Narrowing matters: padding is computed at batch 1 and breaks the
     plain-chain fast path."""
-    valid = draft.node_mask()
-    keep = keep & valid
-    counts = keep.sum(dim=1)
-    width = int(counts.max()) if counts.numel() else 0
-    new_index = torch.cumsum(keep.long(), dim=1) - 1
-    parents = torch.where(draft.parents >= 0, new_index.gather(1, draft.parents.clamp(min=0)), -1)
-    tokens, parents = (t[:, :width] for t in _compact(keep, draft.tokens, parents))
-    q = None if draft.q is None else _compact(keep.to(draft.q.device), draft.q)[0][:, :width]
-    scores = None if draft.scores is None else _compact(keep.to(draft.scores.device), draft.scores)[0][:, :width]
+    keep_rows = keep.tolist() if isinstance(keep, torch.Tensor) else keep
+    roots = root_extras.tolist() if isinstance(root_extras, torch.Tensor) else root_extras
+    limits = None if extra_max_depth is None else extra_max_depth.expand(draft.batch_size).tolist()
+    return _restrict(draft, keep_rows, None, limits, roots)
+
+
+def _restrict(draft: Draft, keep: list[list[bool]] | None, node_max_depth: list[int] | None,
+              extra_max_depth: list[int] | None, root_extras: list[bool] | None) -> Draft:
+    """Keep, per row, the nodes in `keep` (None: all) no deeper than `node_max_depth`, and the extra slots
+    whose parent is kept, no deeper than `extra_max_depth`, and (for slots under the root) where
+    `root_extras`. The plan is made on the host from the drafts' small index lists (parents point to
+    earlier entries, so one pass in order settles depths and survival); the tensors are then gathered
+    once each. The draft itself comes back when nothing is dropped and it is already narrow."""
+    batch, width = draft.batch_size, draft.width
+    counts, parents = draft.num_nodes.tolist(), draft.parents.tolist()
+    extra = draft.extra
+    slot_counts = extra.num_slots.tolist() if extra is not None else [0] * batch
+    slot_parents = extra.parents.tolist() if extra is not None else [[] for _ in range(batch)]
+    node_rows: list[list[int]] = []  # kept node indices per row, in order
+    node_parents: list[list[int]] = []
+    slot_rows: list[list[int]] = []
+    new_slot_parents: list[list[int]] = []
+    for b in range(batch):
+        depth: list[int] = []
+        alive: list[bool] = []
+        new_index: list[int] = []
+        kept_nodes: list[int] = []
+        kept_parents: list[int] = []
+        for i in range(counts[b]):
+            parent = parents[b][i]
+            depth.append(1 if parent < 0 else depth[parent] + 1)
+            ok = (keep is None or bool(keep[b][i])) and (node_max_depth is None or depth[i] <= node_max_depth[b])
+            ok = ok and (parent < 0 or alive[parent])
+            alive.append(ok)
+            new_index.append(len(kept_nodes) if ok else -1)
+            if ok:
+                kept_nodes.append(i)
+                kept_parents.append(-1 if parent < 0 else new_index[parent])
+        node_rows.append(kept_nodes)
+        node_parents.append(kept_parents)
+        # Combined numbering: nodes 0..width-1, then extra slot e at width + e.
+        depth += [0] * (width - len(depth))
+        alive += [False] * (width - len(alive))
+        new_index += [-1] * (width - len(new_index))
+        kept_slots: list[int] = []
+        kept_slot_parents: list[int] = []
+        for e in range(slot_counts[b]):
+            parent = slot_parents[b][e]
+            depth.append(1 if parent < 0 else depth[parent] + 1)
+            parent_alive = (root_extras is None or bool(root_extras[b])) if parent < 0 else alive[parent]
+            ok = parent_alive and (extra_max_depth is None or depth[-1] <= extra_max_depth[b])
+            alive.append(ok)
+            new_index.append(-2 if not ok else len(kept_slots))  # a slot's own index among the kept slots
+            if ok:
+                kept_slots.append(e)
+                kept_slot_parents.append(-1 if parent < 0 else new_index[parent] if parent < width
+                                         else -2 - new_index[parent])  # slots renumbered once width is known
+        slot_rows.append(kept_slots)
+        new_slot_parents.append(kept_slot_parents)
+    new_width = max(map(len, node_rows), default=0)
+    new_slots = max(map(len, slot_rows), default=0)
+    unchanged = all(len(kept) == n for kept, n in zip(node_rows, counts)) and all(
+        len(kept) == n for kept, n in zip(slot_rows, slot_counts))
+    if unchanged and new_width == width and (extra is None or new_slots == extra.embeds.shape[1]):
+        return draft
+    node_index = _index(node_rows, new_width, draft.tokens.device)
+    tokens = draft.tokens.gather(1, node_index) if new_width else draft.tokens[:, :0]
+    q = None if draft.q is None else _gather_rows(draft.q, node_index.to(draft.q.device))
+    scores = None if draft.scores is None else draft.scores.gather(1, node_index.to(draft.scores.device))
     new_extra = None
-    if draft.extra is not None:
-        new_extra = _prune_extra(draft.extra, draft, keep, new_index, extra_max_depth, root_extras, width)
-    return Draft(tokens.contiguous(), parents.contiguous(), counts, q, new_extra, scores)
+    if extra is not None:
+        # A slot whose parent is a slot gets new_width + that slot's new index.
+        rows = [[p if p >= -1 else new_width + (-2 - p) for p in row] for row in new_slot_parents]
+        slot_index = _index(slot_rows, new_slots, extra.embeds.device)
+        new_extra = ExtraSlots(_gather_rows(extra.embeds, slot_index),
+                               _padded(rows, new_slots, extra.parents.device),
+                               torch.tensor(list(map(len, slot_rows)), dtype=torch.long,
+                                            device=extra.num_slots.device))
+    new_counts = torch.tensor(list(map(len, node_rows)), dtype=torch.long, device=draft.num_nodes.device)
+    return Draft(tokens, _padded(node_parents, new_width, draft.parents.device), new_counts, q, new_extra, scores)
 
 
-def _prune_extra(
-    extra: ExtraSlots,
-    draft: Draft,
-    keep: torch.Tensor,
-    new_index: torch.Tensor,
-    extra_max_depth: torch.Tensor | None,
-    root_extras: torch.Tensor | None = None,
-    new_width: int | None = None,
-) -> ExtraSlots:
-    """Drop extra slots whose parent was pruned or that would sit past the context limit; slot parents
-    are renumbered for a draft narrowed to `new_width` nodes."""
-    width, slots = draft.width, extra.embeds.shape[1]
-    new_width = width if new_width is None else new_width
-    device = draft.tokens.device
-    parents = extra.parents.to(device)
-    valid = torch.arange(slots, device=device)[None, :] < extra.num_slots.to(device)[:, None]
-    # Combined view: nodes then extra slots, so chains of extra slots are handled like nodes.
-    all_parents = torch.cat([draft.parents, parents], dim=1)
-    all_valid = torch.cat([draft.node_mask(), valid], dim=1)
-    extra_ok = valid.clone()
-    if extra_max_depth is not None:
-        extra_ok &= node_depths(all_parents, all_valid)[:, width:] <= extra_max_depth.to(device)[:, None]
-    root = (torch.ones(keep.shape[0], dtype=torch.bool, device=device) if root_extras is None
-            else root_extras.to(device))
-    alive = torch.cat([keep, extra_ok], dim=1)
-    for _ in range(slots):  # a slot survives only if its parent does
-        parent_alive = torch.where(all_parents >= 0, alive.gather(1, all_parents.clamp(min=0)), root[:, None])
-        updated = torch.cat([keep, extra_ok & parent_alive[:, width:]], dim=1)
-        if torch.equal(updated, alive):
-            break
-        alive = updated
-    extra_keep = alive[:, width:]
-    # Extra slot e of the new draft is numbered new_width + e in the combined index.
-    combined_index = torch.cat([new_index, new_width + torch.cumsum(extra_keep.long(), dim=1) - 1], dim=1)
-    new_parents = torch.where(parents >= 0, combined_index.gather(1, parents.clamp(min=0)), -1)
-    embeds, new_parents = _compact(extra_keep.to(extra.embeds.device), extra.embeds, new_parents)
-    counts = extra_keep.sum(dim=1)
-    slots = int(counts.max()) if counts.numel() else 0  # narrowed like the nodes: padding is computed at batch 1
-    return ExtraSlots(embeds[:, :slots].contiguous(), new_parents[:, :slots].contiguous(), counts)
+def _index(rows: list[list[int]], width: int, device: torch.device) -> torch.Tensor:
+    """[B, width] long indices from per-row lists, padded with 0 (padding is masked by the counts)."""
+    return torch.tensor([row + [0] * (width - len(row)) for row in rows], dtype=torch.long,
+                        device=device).reshape(len(rows), width)
+
+
+def _padded(rows: list[list[int]], width: int, device: torch.device) -> torch.Tensor:
+    """[B, width] long parents from per-row lists, padded with -1."""
+    return torch.tensor([row + [-1] * (width - len(row)) for row in rows], dtype=torch.long,
+                        device=device).reshape(len(rows), width)
+
+
+def _gather_rows(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """tensor[b, index[b, i], ...] for a [B, N, ...] tensor."""
+    return tensor[torch.arange(tensor.shape[0], device=tensor.device)[:, None], index]
 
 
 def validate_verdict(verdict: Verdict, draft: Draft, verifier: str) -> Verdict:
