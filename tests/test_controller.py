@@ -458,3 +458,41 @@ def test_cost_measurement_fits_a_short_context():
     out = specdec.generate(tiny_model("llama", seed=1, max_position_embeddings=32), [1, 2, 3] * 9,
                            drafter="anpd", max_new_tokens=4)
     assert len(out.sequences[0]) == 4
+
+
+class _AlwaysWrong(specdec.Drafter):
+    """Proposes a chain of tokens the target never picks, recording what each call was asked for."""
+
+    name = "test-always-wrong"
+    description = "test: wrong chains"
+
+    def __init__(self, greedy: list[int], prompt_length: int) -> None:
+        super().__init__()
+        self.greedy, self.prompt_length = greedy, prompt_length
+        self.budgets: list[list[int]] = []
+        self.observed = 0
+
+    def propose(self, state):
+        self.budgets.append(state.draft_budget.tolist())
+        done = len(state.sequences[0]) - self.prompt_length
+        wrong = [(token + 1) % 64 for token in self.greedy[done: done + 3]] or [0]
+        return Draft.from_rows([(wrong, list(range(-1, len(wrong) - 1)))])
+
+    def observe(self, state, draft, verdict, committed, extra_logits) -> None:
+        self.observed += 1
+
+
+def test_steps_the_controller_decodes_plainly_do_not_ask_the_drafter():
+    """Once the controller plans a plain step for every row the drafter's propose is skipped (on a small
+    model its work was ~2% of a step), while observe still sees every step; the output stays greedy."""
+    from conftest import hf_greedy
+
+    model = tiny_model("llama")
+    prompt = [5, 9, 3, 7, 2, 8]
+    greedy = hf_greedy(model, prompt, 48)
+    drafter = _AlwaysWrong(greedy, len(prompt))
+    out = specdec.generate(model, prompt, drafter=drafter, max_new_tokens=48)
+    assert out.sequences[0] == greedy
+    assert drafter.observed == out.stats.batch_steps
+    assert all(any(budget) for budget in drafter.budgets)  # never asked when nothing would be verified
+    assert 0 < len(drafter.budgets) < out.stats.batch_steps
