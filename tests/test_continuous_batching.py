@@ -50,9 +50,9 @@ class RecordingDrafter(RandomTreeDrafter):
         super().setup(context)
         self.first_rows = context.first_rows
 
-    def propose(self, state: DecodeState) -> Draft:
+    def observe(self, state: DecodeState, draft, verdict, committed, extra_logits) -> None:
+        # Every step (propose is skipped on steps the goodput controller decodes plainly for every row).
         self.steps.append(list(state.row_ids))
-        return super().propose(state)
 
     def admit(self, rows: list[int]) -> None:
         self.admitted.append(list(rows))
