@@ -243,16 +243,16 @@ class GoodputController:
             if k and r.member is not None:
                 levels[r.member] = max(levels.get(r.member, 0), k)
                 nodes[r.member] = nodes.get(r.member, 0) + k
-        lines = {name: table.draft_line(name) for name in self.order}
+
+        known = [r.context for r in rows if r.context is not None]
+        context = sum(known) / len(known) if known else None
+        lines = {name: table.draft_line(name, context) for name in self.order}
 
         def draft_cost(name: str) -> float:  # CostTable.draft at lag 0, the fit read once per search
             constant, per_level, per_node, _ = lines[name]
             return max(0.0, constant + per_level * levels[name] + per_node * nodes[name])
 
         drafting = {name: draft_cost(name) for name in nodes}
-
-        known = [r.context for r in rows if r.context is not None]
-        context = sum(known) / len(known) if known else None
         # Every input count the search can reach, priced in one call (index: inputs - batch).
         full = [1 + r.base + sum(r.sizes) if r.probs else w for r, w in zip(rows, widths)]
         most = sum(full) if packed else batch * max(full)
@@ -313,7 +313,8 @@ class GoodputController:
         table, overhead = self.table, self._overhead()
         verify = table.verify_from(1, 1, 1 + items.base + sum(items.sizes), self.packed, items.context)
         count = len(items.probs)
-        draft = table.draft_chain(items.member, count + 1) if items.member else [0.0] * (count + 1)
+        draft = table.draft_chain(items.member, count + 1, context=items.context) if items.member \
+            else [0.0] * (count + 1)
         rates = [1.0 / max(verify[0] + overhead, 1e-12)]
         tokens, inputs = 1.0, 1 + items.base
         for k, (p, size) in enumerate(zip(items.probs, items.sizes), start=1):
@@ -361,7 +362,7 @@ class GoodputController:
         inputs = 1 + items.base + sum(items.sizes[:best_one])
         # A probe pays the drafter's catch-up too (a draft model feeds every token since it last drafted,
         # at first the whole prompt): behind a long document a probe costs several plain steps.
-        seconds = (table.draft(items.member, best_one, best_one, items.lag) + table.verify(1, inputs, packed, context)
+        seconds = (table.draft(items.member, best_one, best_one, items.lag, context) + table.verify(1, inputs, packed, context)
                    + self._overhead())
         if items.base:
             seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
@@ -722,7 +723,7 @@ class GoodputController:
         if self.live:
             return (draft_seconds or 0.0) / max(batch, 1)
         n = len(items.probs) if items.member else 0
-        return self.table.draft(items.member, n, n) if n and items.member else 0.0
+        return self.table.draft(items.member, n, n, context=items.context) if n and items.member else 0.0
 
     def _row_by_index(self, b: int) -> _Row:
         return self.rows[self._current_ids[b]]
@@ -793,13 +794,13 @@ class GoodputController:
         drafter's first draft (until then the drafter counts as free: see `_cheap_drafters`)."""
         unlearnt = self._unlearnt
         first = False
+        context = sum(plan.contexts) / len(plan.contexts) if plan.contexts else None
         if timings.get("verify") is not None:
-            context = sum(plan.contexts) / len(plan.contexts) if plan.contexts else None
             unlearnt.append(("verify", (len(self._current_ids), cut.inputs, self.packed, timings["verify"], context)))
         for name, (levels, nodes, seconds) in timings.get("draft_by_member", {}).items():
             if nodes > 0:
                 first = first or name not in self.table.drafters
-                unlearnt.append(("draft", (name, levels, nodes, seconds, plan.lags.get(name, 0.0))))
+                unlearnt.append(("draft", (name, levels, nodes, seconds, plan.lags.get(name, 0.0), context)))
         if timings.get("other") is not None:
             unlearnt.append(("overhead", (self.name, timings["other"])))
         self._unlearnt_steps += 1

@@ -50,8 +50,18 @@ LONG_TOKENS = 4096
 #: Drift beyond this factor (observed / measured, smoothed) at the end of a call re-measures the curves
 #: at the next one; smaller drifts are absorbed by the smoothed scale and per-width corrections.
 REMEASURE_DRIFT = 2.0
-#: A drafter's cost is fitted on [1, levels, nodes, lag] (see `CostTable.draft`).
-DRAFT_FEATURES = 4
+#: A drafter's cost is fitted on `draft_features`: [1, levels, nodes, lag, nodes * context / CONTEXT_UNIT].
+DRAFT_FEATURES = 5
+CONTEXT_UNIT = 1024.0
+
+
+def draft_features(levels: float, nodes: float, lag: float = 0.0, context: float | None = None) -> list[float]:
+    """What a drafter's propose costs is fitted on: a constant, per tree level, per node, per token of
+    catch-up (a draft model feeds what was committed since it last drafted), and per node per token of
+    context (a draft that attends over the row's cache, as layer_skip's and a draft model's do, costs
+    more per node behind a long document: fitted without it, costs learnt on 1000-token RAG prompts
+    shortened the drafts of the short prompts that followed)."""
+    return [1.0, float(levels), float(nodes), float(lag), float(nodes) * float(context or 0.0) / CONTEXT_UNIT]
 
 
 def cost_clock(device: torch.device | str) -> Callable[[], float]:
@@ -194,7 +204,7 @@ class CostTable:
     scale: dict[bool, float] = field(default_factory=dict)  # observed / measured, smoothed, per packing
     # What the scale leaves, per (packed, bucket, grid point): e.g. trees cost more than the chains measured.
     corrections: dict[tuple[bool, int, int], float] = field(default_factory=dict)
-    drafters: dict[str, LinearFit] = field(default_factory=dict)  # seconds ~ [1, levels, nodes, lag]
+    drafters: dict[str, LinearFit] = field(default_factory=dict)  # seconds ~ draft_features(...)
     # Engine seconds per step outside draft and verify, a running mean per drafter of the call (its own
     # `observe` is part of it; one mean for all let a draft model's bookkeeping price anpd's steps).
     overheads: dict[str, float] = field(default_factory=dict)
@@ -275,23 +285,28 @@ class CostTable:
             return 1.0
         return self.corrections.get((packed, curve.batch, nearest(curve.extras, extra)), 1.0)
 
-    def draft(self, name: str, levels: float, nodes: float, lag: float = 0.0) -> float:
+    def draft(self, name: str, levels: float, nodes: float, lag: float = 0.0, context: float | None = None) -> float:
         """Seconds of a drafter's propose that drafts `nodes` nodes over `levels` tree levels (0: nothing),
-        for rows that committed `lag` tokens since it last drafted them (a draft model feeds them first)."""
+        for rows that committed `lag` tokens since it last drafted them (a draft model feeds them first),
+        behind `context` tokens of cache (`draft_features`)."""
         if nodes <= 0:
             return 0.0
-        constant, per_level, per_node, per_lag = self.draft_line(name)
+        constant, per_level, per_node, per_lag = self.draft_line(name, context)
         return max(0.0, constant + per_level * levels + per_node * nodes + per_lag * lag)
 
-    def draft_line(self, name: str) -> tuple[float, ...]:
-        """The drafter's fitted seconds on [1, levels, nodes, lag]; zeros before its first draft (an unseen
-        drafter costs nothing until measured). For pricing many sizes without a call per size."""
+    def draft_line(self, name: str, context: float | None = None) -> tuple[float, float, float, float]:
+        """The drafter's fitted seconds (constant, per level, per node behind `context` tokens, per lag
+        token); zeros before its first draft (an unseen drafter costs nothing until measured). For pricing
+        many sizes without a call per size."""
         fit = self.drafters.get(name)
-        return (0.0, 0.0, 0.0, 0.0) if fit is None else tuple(fit.weights)
+        if fit is None:
+            return (0.0, 0.0, 0.0, 0.0)
+        constant, per_level, per_node, per_lag, per_node_context = fit.weights
+        return constant, per_level, per_node + per_node_context * float(context or 0.0) / CONTEXT_UNIT, per_lag
 
-    def draft_chain(self, name: str, count: int, lag: float = 0.0) -> list[float]:
-        """`draft(name, k, k, lag)` for k = 0..count-1 (chains of k nodes), the fit read once."""
-        constant, per_level, per_node, per_lag = self.draft_line(name)
+    def draft_chain(self, name: str, count: int, lag: float = 0.0, context: float | None = None) -> list[float]:
+        """`draft(name, k, k, lag, context)` for k = 0..count-1 (chains of k nodes), the fit read once."""
+        constant, per_level, per_node, per_lag = self.draft_line(name, context)
         return [0.0] + [max(0.0, constant + (per_level + per_node) * k + per_lag * lag) for k in range(1, count)]
 
     def draft_mean(self, name: str) -> float | None:
@@ -417,13 +432,15 @@ class CostModel:
             if abs(math.log(scale)) > math.log(REMEASURE_DRIFT):
                 self.stale.add(packed)
 
-    def observe_draft(self, name: str, levels: int, nodes: int, seconds: float, lag: float = 0.0) -> None:
-        """One propose of `name`: its size, its seconds, and the tokens its rows committed since it last
-        drafted them (the catch-up a drafter with its own cache pays; ~0 seconds for a lookup)."""
+    def observe_draft(self, name: str, levels: int, nodes: int, seconds: float, lag: float = 0.0,
+                      context: float | None = None) -> None:
+        """One propose of `name`: its size, its seconds, the tokens its rows committed since it last
+        drafted them (the catch-up a drafter with its own cache pays; ~0 seconds for a lookup) and the
+        rows' mean context (`draft_features`)."""
         if nodes <= 0:
             return
         fit = self.live.drafters.setdefault(name, LinearFit(DRAFT_FEATURES))
-        fit.update([1.0, float(levels), float(nodes), float(lag)], seconds)
+        fit.update(draft_features(levels, nodes, lag, context), seconds)
 
     def observe_overhead(self, drafter: str, seconds: float) -> None:
         """One step's engine work outside draft and verify in a call of `drafter`."""

@@ -19,7 +19,15 @@ from specdec.controller import (
     Member,
     row_weights,
 )
-from specdec.costs import DRAFT_FEATURES, CostModel, CostTable, LinearFit, VerifyCurve, cost_model_for
+from specdec.costs import (
+    DRAFT_FEATURES,
+    CostModel,
+    CostTable,
+    LinearFit,
+    VerifyCurve,
+    cost_model_for,
+    draft_features,
+)
 from specdec.draft import Draft, ExtraSlots, Verdict
 
 # A CPU-like verification curve at batch 1: one input 10 ms, 2-9 inputs 14 ms, then +1 ms per 8 inputs.
@@ -36,7 +44,7 @@ def synthetic(curve=CPU_LIKE, batch: int = 1, draft: tuple[float, float, float] 
     if draft is not None:
         fit = LinearFit(DRAFT_FEATURES)
         for nodes in (1, 2, 3, 5, 8) * 4:  # measured drafts of several lengths, costing `draft` exactly
-            fit.update([1.0, nodes, nodes, 0.0], draft[0] + (draft[1] + draft[2]) * nodes)
+            fit.update(draft_features(nodes, nodes), draft[0] + (draft[1] + draft[2]) * nodes)
         model.live.drafters[name] = fit
     return model
 
@@ -100,7 +108,7 @@ def test_prices_in_one_call_equal_prices_one_at_a_time(batch, first, count, cont
             model.observe_verify(batch, batch + 3 * k, packed, 0.05 * (1 + k), context)
     fit = LinearFit(DRAFT_FEATURES)
     for nodes in (1, 2, 5, 9):
-        fit.update([1.0, nodes, nodes, 40.0], 0.001 + 0.002 * nodes)
+        fit.update(draft_features(nodes, nodes, 40.0), 0.001 + 0.002 * nodes)
     table.drafters["d"] = fit
     assert table.draft_chain("d", count, 40.0) == pytest.approx([table.draft("d", k, k, 40.0) for k in range(count)])
 
@@ -217,7 +225,7 @@ def test_a_costly_drafter_measured_at_one_length_is_not_taken_for_free():
     model = synthetic()
     fit = LinearFit(DRAFT_FEATURES)
     for _ in range(10):
-        fit.update([1.0, 12, 12, 1.0], 0.008)
+        fit.update(draft_features(12, 12, 1.0), 0.008)
     model.live.drafters["d"] = fit
     assert model.live.draft("d", 1, 1) < CHEAP_DRAFT * model.live.verify(1, 1)  # the fit's own guess: free
     plan = controller(model).plan([0], [100], 64)
@@ -263,7 +271,7 @@ def test_probes_wait_longer_for_a_drafter_that_must_catch_up_first():
     model = synthetic()
     fit = LinearFit(DRAFT_FEATURES)
     for nodes, lag in [(1, 0), (2, 5), (4, 1000), (3, 400), (1, 50), (8, 2)] * 4:
-        fit.update([1.0, nodes, nodes, lag], 0.001 * nodes + 0.00005 * lag)
+        fit.update(draft_features(nodes, nodes, lag), 0.001 * nodes + 0.00005 * lag)
     model.live.drafters["d"] = fit
     assert model.live.draft("d", 1, 1, 2000) == pytest.approx(0.101, rel=0.05)
 

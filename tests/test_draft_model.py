@@ -12,7 +12,7 @@ from specdec.drafters.draft_model import DraftModelDrafter, tree_levels
 from specdec.drafters.draft_schedule import ConfidenceExit, HeuristicLength
 
 import specdec
-from specdec.costs import DRAFT_FEATURES, CostModel, LinearFit
+from specdec.costs import DRAFT_FEATURES, CostModel, LinearFit, draft_features
 from specdec.errors import DrafterError, PluginOptionsError
 from specdec.sampling import SamplingParams, process_logits
 
@@ -456,7 +456,7 @@ def slow_draft_costs() -> CostModel:
     costs = CostModel("cpu")
     slow = LinearFit(DRAFT_FEATURES)
     for nodes in (1, 2, 4, 8):
-        slow.update([1.0, nodes, nodes, 0.0], 1.0)
+        slow.update(draft_features(nodes, nodes), 1.0)
     costs.live.drafters["draft_model"] = slow
     return costs
 
