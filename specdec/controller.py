@@ -18,7 +18,8 @@ Twice per step:
   A drafter whose draft costs almost nothing (anpd's lookup) proposes all it can: deciding after
   seeing it is free. A row whose best option is no draft decodes plainly; its drafter is probed again
   later, the wait doubling while probes fail and never shorter than what keeps probes' expected loss
-  under `probe_share` of the row's time;
+  under `probe_share` of the row's time (the loss against what the row does instead: a plain step, or
+  with drafter="auto" its best other drafter);
 * `cut`, after drafting: a deterministic draft (q None) is cut to its best prefix in best-first order
   (scores when given, else node order; a prefix of that order is a connected subtree; extra slots
   follow their nodes). A sampled draft (q given) is only cut to the budget fixed before drafting, by node
@@ -352,9 +353,12 @@ class GoodputController:
         self._cheap = frozenset(cheap)
         return self._cheap
 
-    def _probe_wait(self, option: tuple[_Items, int, float, int]) -> float:
+    def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0) -> float:
         """Steps to wait before probing a drafter, so that probes expected to lose cost at most
-        `probe_share` of the time (PPD's probe takes two steps: its prompt slots, then its tree)."""
+        `probe_share` of the time (PPD's probe takes two steps: its prompt slots, then its tree). A probe
+        loses against what the row would do instead: a plain step, or (drafter="auto") another drafter's
+        expected rate `instead` when that is higher: probing draft_model in a row where anpd's chains
+        commit three tokens a step costs those tokens, not a plain step's one."""
         items, _, _, best_one = option
         table, packed = self.table, self.packed
         context = items.context
@@ -366,7 +370,7 @@ class GoodputController:
                    + self._overhead())
         if items.base:
             seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
-        loss = seconds - (1.0 + sum(items.probs[:best_one])) * plain
+        loss = seconds - (1.0 + sum(items.probs[:best_one])) / max(1.0 / plain, instead)
         share = self.options.probe_share / len(self.order)
         return max(0.0, loss) / (share * plain)
 
@@ -457,7 +461,11 @@ class GoodputController:
                     self.counts["switches"] += 1
             row.member = pick
             for name, option in options.items():
-                row.due[name] = max(row.interval[name], self._probe_wait(option))
+                # A costly drafter's probe is weighed against the row's best other option; a free drafter's
+                # (its first node verified) costs next to nothing whatever the row does instead.
+                instead = 0.0 if name in cheap_names else max(
+                    (o[2] for other, o in options.items() if other != name), default=0.0)
+                row.due[name] = max(row.interval[name], self._probe_wait(option, instead))
             # A cheap pick is only a look: the cut may still verify none of it, so it can be due too.
             waiting = [n for n in options if (n != pick or n in cheap) and options[n][3] > 0
                        and row.since[n] >= row.due[n]]

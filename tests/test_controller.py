@@ -290,6 +290,35 @@ def test_probes_wait_longer_for_a_drafter_that_must_catch_up_first():
     assert probes_of_a_new_row(2000) < short and short >= 2
 
 
+def test_a_costly_drafter_is_probed_less_where_another_drafter_commits_more():
+    # drafter="auto": a probe takes the row from its best drafter for a step, so it costs what that drafter
+    # would have committed. Probing a hopeless drafter beside one whose chains are all accepted must wait
+    # longer than beside one whose chains are all rejected (the row then decodes plainly).
+    model = synthetic()
+    for name in ("good", "d"):  # both costly: 4 ms + 1 ms a node against a 10 ms plain step
+        fit = LinearFit(DRAFT_FEATURES)
+        for nodes in (1, 2, 3, 5, 8) * 4:
+            fit.update(draft_features(nodes, nodes), 0.004 + 0.001 * nodes)
+        model.live.drafters[name] = fit
+
+    def probes_of_d(good_is_right: bool) -> int:
+        ctl = controller(model, members=[Member("good", False), Member("d", False)], probe_after=1,
+                         max_probe_interval=4, probe_share=0.1)  # waits set by the probes' expected loss
+        probes = 0
+        for _ in range(400):
+            plan = ctl.plan([0], [1000], 64)
+            proposal = list(range(1, 9))[: plan.budget[0]]
+            draft, cut = ctl.cut(chain([proposal]), plan, 0.0)
+            kept = int(draft.num_nodes[0])
+            right = plan.choice[0] == "good" and good_is_right
+            ctl.observe(plan, cut, verdict([kept if right else 0], draft.width), {})
+            probes += plan.probe[0] and plan.choice[0] == "d"
+        return probes
+
+    beside_plain = probes_of_d(good_is_right=False)
+    assert beside_plain >= 10 and probes_of_d(good_is_right=True) < 0.75 * beside_plain
+
+
 def test_plain_rows_probe_again_with_growing_waits():
     ctl = controller(synthetic(), probe_after=2, max_probe_interval=8, probe_share=0.03)  # waits set by the interval
     probes = []
