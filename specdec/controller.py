@@ -518,6 +518,8 @@ class GoodputController:
             for items, weight in zip(rows, weights):
                 items.weight = weight
             joint = self._solve(rows, len(row_ids), None, base)
+            why = ("batch: other rows' nodes pay better" if any(joint) else
+                   "batch: no row's draft pays for its inputs at this batch size")
             for b, kept in enumerate(joint):
                 if choice[b] is None or forced[b] or free[b]:
                     continue
@@ -527,7 +529,7 @@ class GoodputController:
                     row = self.rows[row_ids[b]]
                     due = min((row.due[n] - row.since[n] for n in row.due if n != choice_b), default=BATCH_QUIET_STEPS + 1)
                     row.quiet = max(0, min(BATCH_QUIET_STEPS, int(due) - 1))
-                    row.quiet_reason = "batch: other rows' nodes pay better"
+                    row.quiet_reason = why
                     self._reason(row.quiet_reason)
         lags: dict[str, float] = {}
         for row_id, name, budget, looked, look_nodes in zip(row_ids, choice, budgets, look, look_budget):

@@ -319,6 +319,20 @@ def test_a_costly_drafter_is_probed_less_where_another_drafter_commits_more():
     assert beside_plain >= 10 and probes_of_d(good_is_right=True) < 0.75 * beside_plain
 
 
+def test_a_batch_where_no_draft_pays_says_so():
+    # A costly drafter that pays for a row alone, in a batch of two where every extra input costs as much as
+    # a whole step: the joint pricing keeps nothing, and the reason names the batch's cost, not other rows.
+    model = synthetic(draft=(0.002, 0.0, 0.001))
+    steep = tuple(0.020 * (1 + extra) for extra in GRID)
+    model.live.curves[(True, 2)] = VerifyCurve(2, GRID, steep)
+    ctl = controller(model)
+    single = ctl.plan([7], [100], 64)
+    assert single.budget[0] > 0  # alone, the row drafts
+    plan = ctl.plan([0, 1], [100, 100], 64)
+    assert plan.budget == [0, 0] and plan.choice == [None, None]
+    assert ctl.counts["plain_reasons"] == {"batch: no row's draft pays for its inputs at this batch size": 2}
+
+
 def test_plain_rows_probe_again_with_growing_waits():
     ctl = controller(synthetic(), probe_after=2, max_probe_interval=8, probe_share=0.03)  # waits set by the interval
     probes = []
