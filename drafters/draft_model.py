@@ -36,7 +36,7 @@ from specdec.target import TargetRunner, context_length
 
 from .draft_fast import FastDraftForward, WeightFormat, default_weight_format, fast_forward_for
 from .draft_schedule import ConfidenceExit, HeuristicLength
-from .draft_vocab import VocabMapping, resolve_vocab
+from .draft_vocab import VocabMapping, output_size, resolve_vocab
 from .token_ranking import RANKING_FILE, read_ranking_file, scatter_to_vocab, select_draft_vocab
 
 
@@ -163,6 +163,11 @@ class DraftModelDrafter(Drafter):
         self._head: torch.Tensor | None = None  # draft token ids the draft may propose (None = all)
         self.schedule: str = self.options.schedule  # in effect for this call (see setup)
         self._draft_vocab_size = 0  # rows of the draft's LM head
+        # The last pair `resolve_vocab` checked and its mapping: comparing two tokenizers' vocabularies costs
+        # ~5 ms, 5% of a 64-token call on a small pair, and a drafter kept by a server sees the same pair
+        # every call. Held by reference and compared by identity and size (a tokenizer that gained tokens
+        # is checked again).
+        self._checked_pair: tuple[tuple[tuple[Any, ...], tuple[Any, ...]], VocabMapping] | None = None
 
     # -- setup and teardown ------------------------------------------------------------------
     def _draft_model(self) -> tuple[Any, Any | None]:
@@ -176,8 +181,7 @@ class DraftModelDrafter(Drafter):
     def setup(self, context: GenerationContext) -> None:
         opts: DraftModelOptions = self.options
         self.model, draft_tokenizer = self._draft_model()
-        self.vocab = resolve_vocab(context.model, self.model, context.tokenizer, draft_tokenizer,
-                                   opts.shared_vocab_size)
+        self.vocab = self._resolve_vocab(context.model, context.tokenizer, draft_tokenizer)
         check_model_supported(self.model)
         self._draft_vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         explicit = isinstance(opts.draft_vocab, list) or opts.draft_vocab == 0
@@ -219,6 +223,21 @@ class DraftModelDrafter(Drafter):
                        "draft_weights": weights if self._fast is not None else "model (transformers forward)",
                        "draft_head_tokens": None if self._head is None else len(self._head)}
         self._track_memory()
+
+    def _resolve_vocab(self, target: Any, target_tokenizer: Any | None, draft_tokenizer: Any | None) -> VocabMapping:
+        """`resolve_vocab` for this call's pair, reusing the last check when the pair is the same objects."""
+        shared = self.options.shared_vocab_size
+        objects = (target, self.model, target_tokenizer, draft_tokenizer)
+        sizes = (None if target_tokenizer is None else len(target_tokenizer),
+                 None if draft_tokenizer is None else len(draft_tokenizer),
+                 shared, output_size(target), output_size(self.model))
+        if self._checked_pair is not None:
+            (last_objects, last_sizes), vocab = self._checked_pair
+            if last_sizes == sizes and all(a is b for a, b in zip(last_objects, objects)):
+                return vocab
+        vocab = resolve_vocab(target, self.model, target_tokenizer, draft_tokenizer, shared)
+        self._checked_pair = ((objects, sizes), vocab)
+        return vocab
 
     def _prefilled(self, rows: list[int]) -> TargetRunner:
         """A draft-model cache holding these rows' prompts but the last token (the first step feeds it)."""
