@@ -18,6 +18,7 @@ so the rejection verifier stays lossless; at temperature 0 drafting is argmax an
 from __future__ import annotations
 
 import os
+import weakref
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -165,8 +166,8 @@ class DraftModelDrafter(Drafter):
         self._draft_vocab_size = 0  # rows of the draft's LM head
         # The last pair `resolve_vocab` checked and its mapping: comparing two tokenizers' vocabularies costs
         # ~5 ms, 5% of a 64-token call on a small pair, and a drafter kept by a server sees the same pair
-        # every call. Held by reference and compared by identity and size (a tokenizer that gained tokens
-        # is checked again).
+        # every call. Compared by identity (weak references) and size (a tokenizer that gained tokens is
+        # checked again).
         self._checked_pair: tuple[tuple[tuple[Any, ...], tuple[Any, ...]], VocabMapping] | None = None
 
     # -- setup and teardown ------------------------------------------------------------------
@@ -225,7 +226,8 @@ class DraftModelDrafter(Drafter):
         self._track_memory()
 
     def _resolve_vocab(self, target: Any, target_tokenizer: Any | None, draft_tokenizer: Any | None) -> VocabMapping:
-        """`resolve_vocab` for this call's pair, reusing the last check when the pair is the same objects."""
+        """`resolve_vocab` for this call's pair, reusing the last check when the pair is the same objects
+        (held weakly: a kept drafter never keeps the user's model or tokenizer alive)."""
         shared = self.options.shared_vocab_size
         objects = (target, self.model, target_tokenizer, draft_tokenizer)
         sizes = (None if target_tokenizer is None else len(target_tokenizer),
@@ -233,10 +235,11 @@ class DraftModelDrafter(Drafter):
                  shared, output_size(target), output_size(self.model))
         if self._checked_pair is not None:
             (last_objects, last_sizes), vocab = self._checked_pair
-            if last_sizes == sizes and all(a is b for a, b in zip(last_objects, objects)):
+            if last_sizes == sizes and all((ref is None and obj is None) or (ref is not None and ref() is obj)
+                                           for ref, obj in zip(last_objects, objects)):
                 return vocab
         vocab = resolve_vocab(target, self.model, target_tokenizer, draft_tokenizer, shared)
-        self._checked_pair = ((objects, sizes), vocab)
+        self._checked_pair = (tuple(None if obj is None else weakref.ref(obj) for obj in objects), sizes), vocab
         return vocab
 
     def _prefilled(self, rows: list[int]) -> TargetRunner:

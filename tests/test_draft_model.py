@@ -4,6 +4,8 @@ its own cache (no re-prefill, rows leaving the batch, release)."""
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 
 import pytest
 import torch
@@ -243,6 +245,11 @@ def test_a_kept_drafter_checks_the_same_pair_once_and_a_changed_pair_again(targe
     with pytest.raises(DrafterError, match="tokenizers differ"):
         specdec.generate(target, [1, 2, 3], tokenizer=shuffled, drafter=drafter, verifier="exact", max_new_tokens=3)
     assert len(checks) == 3
+    checks.clear()
+    gone = weakref.ref(shuffled)
+    del shuffled
+    gc.collect()
+    assert gone() is None  # the kept drafter does not keep the caller's tokenizer alive
 
 
 def test_extra_unused_rows_are_mapped_explicitly(target, expected):
