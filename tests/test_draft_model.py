@@ -245,9 +245,14 @@ def test_a_kept_drafter_checks_the_same_pair_once_and_a_changed_pair_again(targe
     with pytest.raises(DrafterError, match="tokenizers differ"):
         specdec.generate(target, [1, 2, 3], tokenizer=shuffled, drafter=drafter, verifier="exact", max_new_tokens=3)
     assert len(checks) == 3
+    fresh_draft = _word_tokenizer(words)  # a matching pair again: checked, kept, then dropped by the caller
+    drafter.options.tokenizer = fresh_draft
+    specdec.generate(target, [1, 2, 3], tokenizer=tokenizer, drafter=drafter, verifier="exact", max_new_tokens=3)
+    assert len(checks) == 4
     checks.clear()
-    gone = weakref.ref(shuffled)
-    del shuffled
+    drafter.options.tokenizer = None
+    gone = weakref.ref(fresh_draft)
+    del fresh_draft
     gc.collect()
     assert gone() is None  # the kept drafter does not keep the caller's tokenizer alive
 
