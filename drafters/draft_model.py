@@ -168,7 +168,7 @@ class DraftModelDrafter(Drafter):
         # ~5 ms, 5% of a 64-token call on a small pair, and a drafter kept by a server sees the same pair
         # every call. Compared by identity (weak references) and size (a tokenizer that gained tokens is
         # checked again).
-        self._checked_pair: tuple[tuple[tuple[Any, ...], tuple[Any, ...]], VocabMapping] | None = None
+        self._checked_pair: tuple[tuple[Any, ...], tuple[Any, ...], VocabMapping] | None = None  # refs, sizes
 
     # -- setup and teardown ------------------------------------------------------------------
     def _draft_model(self) -> tuple[Any, Any | None]:
@@ -234,12 +234,11 @@ class DraftModelDrafter(Drafter):
                  None if draft_tokenizer is None else len(draft_tokenizer),
                  shared, output_size(target), output_size(self.model))
         if self._checked_pair is not None:
-            (last_objects, last_sizes), vocab = self._checked_pair
-            if last_sizes == sizes and all((ref is None and obj is None) or (ref is not None and ref() is obj)
-                                           for ref, obj in zip(last_objects, objects)):
+            refs, last_sizes, vocab = self._checked_pair
+            if last_sizes == sizes and all((None if ref is None else ref()) is obj for ref, obj in zip(refs, objects)):
                 return vocab
         vocab = resolve_vocab(target, self.model, target_tokenizer, draft_tokenizer, shared)
-        self._checked_pair = (tuple(None if obj is None else weakref.ref(obj) for obj in objects), sizes), vocab
+        self._checked_pair = tuple(None if obj is None else weakref.ref(obj) for obj in objects), sizes, vocab
         return vocab
 
     def _prefilled(self, rows: list[int]) -> TargetRunner:
