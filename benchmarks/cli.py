@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--threads", type=int,
                         help="torch threads (per Ray worker with --ray); presets use 1 with the bundled model")
+    parser.add_argument("--sequential", action="store_true",
+                        help="run cells one after another, each stored as it finishes, instead of interleaving "
+                             "their batches (the default: ratios then share the machine's drift; results are "
+                             "stored when all cells finish)")
     parser.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                         help="spread cells over Ray workers: a local cluster, or ADDRESS (e.g. auto, ray://host:10001)")
     parser.add_argument("--ray-workers", type=int, help="number of Ray workers (default: the cluster's CPUs)")
@@ -142,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                                  threads_per_worker=config.threads or 1)
         started = time.perf_counter()
         cells, records = run_sweep(config, args.out, backend=backend, show_progress=not args.no_progress,
-                                   fresh=args.fresh)
+                                   fresh=args.fresh, interleave=not args.sequential)
         elapsed = time.perf_counter() - started
     except (SpecDecError, ValueError, FileNotFoundError) as error:
         sys.stdout.flush()  # the error is the last line even when stdout and stderr share a pipe

@@ -167,80 +167,152 @@ def _batches(samples: list[Sample], size: int) -> list[list[int]]:
     return [group[i : i + size] for group in by_category.values() for i in range(0, len(group), size)]
 
 
+class CellRun:
+    """One cell, run a unit (one repeat of one batch, every turn) at a time, so that a sweep can interleave
+    the units of several cells: slow drift of a shared machine (load, clock, caches) then falls on every
+    cell alike instead of on whichever cells ran during it. A failure marks the record failed and ends
+    the cell; it never raises out of here."""
+
+    def __init__(self, cell: Cell, workspace: Workspace, reference: dict[str, list[int]] | None = None) -> None:
+        self.cell = cell
+        self.record: dict[str, Any] = {"cell_id": cell.cell_id, "cell": cell.model_dump(mode="json"),
+                                       "status": "ok", "error": None, "samples": [], "calls": [], "notes": []}
+        self.record["load_average_start"] = _load_average()
+        self.units: list[tuple[int, list[int]]] = []  # (repeat, sample indices of one batch), in run order
+        self._seconds = 0.0
+        self._peak_bytes = 0
+        if cell.load_error is not None:
+            self.record.update(status="failed", error=cell.load_error)
+            return
+        started = time.perf_counter()
+        try:
+            self._start(workspace, reference)
+        except Exception as error:  # a broken method is a failed cell in the report, never a crashed sweep
+            self._fail(error)
+        self._seconds += time.perf_counter() - started
+
+    @property
+    def failed(self) -> bool:
+        return self.record["status"] != "ok"
+
+    def _fail(self, error: Exception) -> None:
+        self.record.update(status="failed", error=f"{type(error).__name__}: {error}",
+                           traceback=traceback.format_exc(limit=8))
+        self.units = []
+
+    def _start(self, workspace: Workspace, reference: dict[str, list[int]] | None) -> None:
+        cell = self.cell
+        self.loaded = workspace.model(cell.model)
+        self.samples = workspace.samples(cell)
+        self.builder = PromptBuilder(self.loaded.tokenizer, context_length(self.loaded.target), cell.max_new_tokens)
+        self.method = (specdec_method(cell, self.loaded, reference) if cell.method == "specdec"
+                       else hf_method(cell, self.loaded))
+        self.record["chat_template"] = self.builder.uses_chat_template
+        self.record["memory_kind"] = PeakMemory(model_device(self.loaded.target)).kind
+        first, _ = self.builder.encode([], self.samples[0].turns[0])
+        for _ in range(cell.warmup):
+            self.method([first])
+        self.units = [(repeat, batch) for repeat in range(cell.repeats)
+                      for batch in _batches(self.samples, cell.batch_size)]
+        self.turn_records: list[list[dict[str, Any]]] = [[] for _ in self.samples]
+        self.calls: list[dict[str, Any]] = []
+        self.lossless: set[bool] = set()
+        self._call_index: dict[tuple[int, int], int] = {}  # (first sample of the batch, turn) -> call index
+
+    def run_unit(self, index: int) -> None:
+        """Run unit `index` of `self.units` (every turn of one batch in one repeat)."""
+        if self.failed:
+            return
+        started = time.perf_counter()
+        try:
+            with PeakMemory(model_device(self.loaded.target)) as memory:
+                self._run_unit(*self.units[index])
+            self._peak_bytes = max(self._peak_bytes, memory.peak_bytes)
+        except Exception as error:
+            self._fail(error)
+        self._seconds += time.perf_counter() - started
+
+    def _run_unit(self, repeat: int, batch: list[int]) -> None:
+        samples, builder, tokenizer = self.samples, self.builder, self.loaded.tokenizer
+        history: dict[int, list[tuple[str, str]]] = {i: [] for i in batch}
+        for turn in range(max(len(samples[i].turns) for i in batch)):
+            rows = [i for i in batch if turn < len(samples[i].turns)]
+            encoded = [builder.encode(history[i], samples[i].turns[turn]) for i in rows]
+            prompts = [ids for ids, _ in encoded]
+            t0, c0 = time.perf_counter(), time.process_time()
+            outputs, stats, is_lossless = self.method(prompts)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            if is_lossless is not None:
+                self.lossless.add(is_lossless)
+            for i, tokens in zip(rows, outputs):
+                history[i].append((samples[i].turns[turn], tokenizer.decode(tokens, skip_special_tokens=True)))
+            key = (batch[0], turn)
+            if key not in self._call_index:  # the first repeat of this call
+                self._call_index[key] = len(self.calls)
+                self.calls.append({"rows": rows, "turn": turn, "wall_times": [wall], "cpu_times": [cpu],
+                                   "stats": None if stats is None else _stats_record(stats, len(rows))})
+                for i, tokens, (ids, cut) in zip(rows, outputs, encoded):
+                    self.turn_records[i].append({"tokens": tokens, "prompt_tokens": len(ids), "truncated": cut,
+                                                 "prompt_key": prompt_key(ids), "call": self._call_index[key]})
+                continue
+            call = self.calls[self._call_index[key]]
+            call["wall_times"].append(wall)
+            call["cpu_times"].append(cpu)
+            for i, tokens in zip(rows, outputs):
+                if tokens != self.turn_records[i][turn]["tokens"]:
+                    self.turn_records[i][turn].setdefault("differs_in_repeats", []).append(repeat)
+
+    def finish(self) -> dict[str, Any]:
+        """The cell's result record."""
+        record = self.record
+        record["cell_seconds"] = self._seconds
+        record["load_average_end"] = _load_average()
+        if self.failed or not hasattr(self, "calls"):
+            return record
+        turn_records = self.turn_records
+        record["samples"] = [{"sample_id": s.sample_id, "category": s.category, "raw_category": s.raw_category,
+                              "turns": turn_records[i]} for i, s in enumerate(self.samples)]
+        record["calls"] = self.calls
+        record["peak_memory_bytes"] = self._peak_bytes
+        record["verifier_lossless"] = None if not self.lossless else all(self.lossless)
+        truncated = sum(t["truncated"] for turns in turn_records for t in turns)
+        if truncated:
+            record["notes"].append(f"{truncated} prompt(s) longer than the context minus max_new_tokens were "
+                                   "truncated from the left")
+        return record
+
+
+def _load_average() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
 def execute_cell(cell: Cell, workspace: Workspace, reference: dict[str, list[int]] | None = None,
                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Run `cell` and return its result record (status "failed" with the error instead of raising)."""
-    record: dict[str, Any] = {"cell_id": cell.cell_id, "cell": cell.model_dump(mode="json"), "status": "ok",
-                              "error": None, "samples": [], "calls": [], "notes": []}
-    started = time.perf_counter()
-    record["load_average_start"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    if cell.load_error is not None:
-        record.update(status="failed", error=cell.load_error)
-        return record
-    try:
-        _run(cell, workspace, reference, record, progress)
-    except Exception as error:  # a broken method is a failed cell in the report, never a crashed sweep
-        record.update(status="failed", error=f"{type(error).__name__}: {error}",
-                      traceback=traceback.format_exc(limit=8))
-    record["cell_seconds"] = time.perf_counter() - started
-    record["load_average_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return record
+    """Run `cell` alone and return its result record (status "failed" with the error instead of raising)."""
+    run = CellRun(cell, workspace, reference)
+    for index in range(len(run.units)):
+        run.run_unit(index)
+        if progress is not None:
+            progress(index + 1, len(run.units))
+    return run.finish()
 
 
-def _run(cell: Cell, workspace: Workspace, reference: dict[str, list[int]] | None, record: dict[str, Any],
-         progress: Callable[[int, int], None] | None) -> None:
-    loaded = workspace.model(cell.model)
-    samples = workspace.samples(cell)
-    builder = PromptBuilder(loaded.tokenizer, context_length(loaded.target), cell.max_new_tokens)
-    method = specdec_method(cell, loaded, reference) if cell.method == "specdec" else hf_method(cell, loaded)
-    record["chat_template"] = builder.uses_chat_template
-    first, _ = builder.encode([], samples[0].turns[0])
-    for _ in range(cell.warmup):
-        method([first])
-
-    batches = _batches(samples, cell.batch_size)
-    turn_records: list[list[dict[str, Any]]] = [[] for _ in samples]
-    calls: list[dict[str, Any]] = []
-    lossless: set[bool] = set()
-    with PeakMemory(model_device(loaded.target)) as memory:
-        for repeat in range(cell.repeats):
-            call_index = 0
-            for done, batch in enumerate(batches):
-                history: dict[int, list[tuple[str, str]]] = {i: [] for i in batch}
-                for turn in range(max(len(samples[i].turns) for i in batch)):
-                    rows = [i for i in batch if turn < len(samples[i].turns)]
-                    encoded = [builder.encode(history[i], samples[i].turns[turn]) for i in rows]
-                    prompts = [ids for ids, _ in encoded]
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    outputs, stats, is_lossless = method(prompts)
-                    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-                    if is_lossless is not None:
-                        lossless.add(is_lossless)
-                    for i, tokens in zip(rows, outputs):
-                        history[i].append((samples[i].turns[turn],
-                                           loaded.tokenizer.decode(tokens, skip_special_tokens=True)))
-                    if repeat == 0:
-                        calls.append({"rows": rows, "turn": turn, "wall_times": [wall], "cpu_times": [cpu],
-                                      "stats": None if stats is None else _stats_record(stats, len(rows))})
-                        for i, tokens, (ids, cut) in zip(rows, outputs, encoded):
-                            turn_records[i].append({"tokens": tokens, "prompt_tokens": len(ids), "truncated": cut,
-                                                    "prompt_key": prompt_key(ids), "call": call_index})
-                    else:
-                        calls[call_index]["wall_times"].append(wall)
-                        calls[call_index]["cpu_times"].append(cpu)
-                        for i, tokens in zip(rows, outputs):
-                            if tokens != turn_records[i][turn]["tokens"]:
-                                turn_records[i][turn].setdefault("differs_in_repeats", []).append(repeat)
-                    call_index += 1
-                if progress is not None:
-                    progress(repeat * len(batches) + done + 1, cell.repeats * len(batches))
-    record["samples"] = [{"sample_id": s.sample_id, "category": s.category, "raw_category": s.raw_category,
-                          "turns": turn_records[i]} for i, s in enumerate(samples)]
-    record["calls"] = calls
-    record["peak_memory_bytes"] = memory.peak_bytes
-    record["memory_kind"] = memory.kind
-    record["verifier_lossless"] = None if not lossless else all(lossless)
-    truncated = sum(t["truncated"] for turns in turn_records for t in turns)
-    if truncated:
-        record["notes"].append(f"{truncated} prompt(s) longer than the context minus max_new_tokens were "
-                               "truncated from the left")
+def execute_interleaved(cells: list[Cell], workspace: Workspace, references: dict[str, dict[str, list[int]]],
+                        on_done: Callable[[dict[str, Any]], None],
+                        progress: Callable[[int, int], None] | None = None) -> None:
+    """Run `cells` side by side: round i runs unit i of every cell (one repeat of one batch), starting at a
+    different cell each round, so no cell always runs right after the same one. Records are handed to
+    `on_done` when every cell has finished."""
+    runs = [CellRun(cell, workspace, references.get(cell.group)) for cell in cells]
+    rounds = max((len(run.units) for run in runs), default=0)
+    done = 0
+    for index in range(rounds):
+        for shift in range(len(runs)):
+            run = runs[(index + shift) % len(runs)]
+            if index < len(run.units):
+                run.run_unit(index)
+                done += 1
+        if progress is not None:
+            progress(done, done + sum(max(0, len(run.units) - index - 1) for run in runs))
+    for run in runs:
+        on_done(run.finish())

@@ -118,23 +118,50 @@ def test_interrupted_sweep_resumes_without_redoing_cells(tiny_dir, data_files, t
         if len(executed) == 2:
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(config, tmp_path, show_progress=False, after_cell=interrupt_after_two)
+    with pytest.raises(KeyboardInterrupt):  # sequential: each cell is stored as it finishes
+        run_sweep(config, tmp_path, show_progress=False, after_cell=interrupt_after_two, interleave=False)
     first = list(executed)
     assert len(first) == 2
-    cells, records = run_sweep(config, tmp_path, show_progress=False)
+    cells, records = run_sweep(config, tmp_path, show_progress=False, interleave=False)
     assert len(cells) == 4  # hf_generate, none, two oracles
     assert sorted(executed) == sorted(c.cell_id for c in cells)  # each cell ran exactly once overall
     assert all(r["status"] == "ok" for r in records)
     lines = (tmp_path / RESULTS_FILE).read_text().splitlines()
     assert len(lines) == 4
     executed.clear()
-    run_sweep(config, tmp_path, show_progress=False)
+    run_sweep(config, tmp_path, show_progress=False, interleave=False)
     assert executed == []
-    run_sweep(config, tmp_path, show_progress=False, fresh=True)  # after a code change: measure again
+    run_sweep(config, tmp_path, show_progress=False, fresh=True, interleave=False)  # after a code change
     assert sorted(executed) == sorted(c.cell_id for c in cells)
     assert len((tmp_path / RESULTS_FILE).read_text().splitlines()) == 4
     assert (tmp_path / (RESULTS_FILE + ".previous")).is_file()
+
+
+def test_interleaved_cells_take_turns_and_match_sequential_outputs(tiny_dir, data_files, tmp_path, monkeypatch):
+    order: list[tuple[str, int]] = []
+    real = execute.CellRun.run_unit
+
+    def logged(self, index):
+        order.append((self.cell.cell_id, index))
+        return real(self, index)
+
+    monkeypatch.setattr(execute.CellRun, "run_unit", logged)
+    config = _config(tiny_dir, {"kind": "spec_bench", "path": str(data_files["spec"])},
+                     ["none", {"name": "oracle", "options": {"draft_length": 2}}, "anpd"], repeats=2)
+    cells, interleaved = run_sweep(config, tmp_path / "interleaved", show_progress=False)
+    measured = [c.cell_id for c in cells if not c.is_reference]
+    units = 2 * 2  # two repeats of two batches (one per category)
+    runs = order[units:]  # the reference cell (hf_generate) runs alone first
+    assert order[:units] == [(next(c.cell_id for c in cells if c.is_reference), i) for i in range(units)]
+    assert [index for _, index in runs] == [i for i in range(units) for _ in measured]  # round by round
+    rounds = [[cell for cell, _ in runs[i:i + len(measured)]] for i in range(0, len(runs), len(measured))]
+    assert all(sorted(r) == sorted(measured) for r in rounds)
+    assert len({r[0] for r in rounds}) == len(measured)  # each round starts at another cell
+    order.clear()
+    _, sequential = run_sweep(config, tmp_path / "sequential", show_progress=False, interleave=False)
+    assert [cell for cell, _ in order] == [cell for cell in [c.cell_id for c in cells] for _ in range(units)]
+    assert _outputs(interleaved) == _outputs(sequential)
+    assert all(len(call["wall_times"]) == 2 for r in interleaved for call in r["calls"])
 
 
 def test_malformed_line_names_file_and_line(tmp_path):
