@@ -260,7 +260,7 @@ class AnpdDrafter(Drafter):
         self._count("observe_seconds", time.perf_counter() - started)
 
     def finish(self) -> None:
-        self._count("contexts_at_end", sum(len(t.contexts) for t in self.tables.values()))
+        self._count("contexts_at_end", sum(len(t) for t in self.tables.values()))
         self.tables = {}
 
     def stats(self) -> dict[str, Any]:

@@ -40,12 +40,12 @@ def reference_counts(tokens: list[int], max_n: int) -> dict[tuple[int, ...], tup
 
 def assert_matches_reference(table: NGramTable, tokens: list[int]) -> None:
     reference = reference_counts(tokens, table.max_n)
-    assert set(table.contexts) == set(reference)
+    assert set(table.contexts()) == set(reference)
     for context, (counts, last) in reference.items():
-        entry = table.contexts[context]
+        entry = table.entry(context)
         assert entry.counts == dict(counts)
         ranked = sorted(counts, key=lambda t: (counts[t], last[t]), reverse=True)
-        assert entry.top == ranked[: table.keep]
+        assert list(entry.top) == ranked[: table.keep]
     assert table.length == len(tokens)
     assert table.tail == tokens[-(table.max_n - 1) :]
 
@@ -54,11 +54,29 @@ def assert_matches_reference(table: NGramTable, tokens: list[int]) -> None:
 
 def test_counts_each_level_once_without_a_boundary_ngram() -> None:
     table = NGramTable(3, tokens=[1, 2, 1, 2])
-    assert table.contexts[(1,)].counts == {2: 2}
-    assert table.contexts[(2,)].counts == {1: 1}
-    assert table.contexts[(1, 2)].counts == {1: 1}
-    assert table.contexts[(2, 1)].counts == {2: 1}
-    assert len(table.contexts) == 4  # no end->start n-gram such as (2,) -> 1 counted twice
+    assert table.entry((1,)).counts == {2: 2}
+    assert table.entry((2,)).counts == {1: 1}
+    assert table.entry((1, 2)).counts == {1: 1}
+    assert table.entry((2, 1)).counts == {2: 1}
+    assert len(table) == 4  # no end->start n-gram such as (2,) -> 1 counted twice
+
+
+def test_a_built_table_leaves_the_garbage_collector_nothing_to_track() -> None:
+    """Objects the collector tracks make every full collection of the process slower; a table is
+    int-valued dicts and tuples of ints, so after one collection it adds a handful, not one per context."""
+    import gc
+    import random
+
+    rng = random.Random(0)
+    tokens = [rng.randrange(50) for _ in range(2000)]
+    gc.collect()
+    before = len(gc.get_objects())
+    table = NGramTable(4, keep=2, tokens=tokens)
+    table.extend(tokens[:100])
+    gc.collect()
+    assert len(table) > 2000
+    assert len(gc.get_objects()) - before < 20
+    assert table.entry(tuple(tokens[:1])).top  # still readable
 
 
 def test_most_frequent_wins_and_ties_go_to_the_most_recent() -> None:
@@ -164,8 +182,8 @@ def test_observe_counts_committed_tokens_never_rejected_drafts() -> None:
     drafter.observe(_state([0, 1], sequences), draft, verdict, committed, None)
     for row, sequence in enumerate(sequences):
         assert_matches_reference(drafter.tables[row], sequence)
-    assert drafter.tables[0].contexts[(3,)].counts == {1: 2, 9: 1}  # the rejected 3 -> 1 was not counted
-    assert (9, 1) not in drafter.tables[0].contexts and (7, 5) not in drafter.tables[1].contexts
+    assert drafter.tables[0].entry((3,)).counts == {1: 2, 9: 1}  # the rejected 3 -> 1 was not counted
+    assert drafter.tables[0].entry((9, 1)) is None and drafter.tables[1].entry((7, 5)) is None
 
 
 def test_rows_leaving_the_batch_are_dropped() -> None:
