@@ -224,8 +224,8 @@ class GoodputController:
         self.rows = {row: state for row, state in self.rows.items() if row in keep}
 
     # -- pricing ---------------------------------------------------------------------------------
-    def _overhead(self) -> float:
-        return self.table.overhead(self.name)
+    def _overhead(self, drafted: bool = True) -> float:
+        return self.table.overhead(self.name, drafted)
 
     def _solve(self, rows: list[_Items], batch: int, draft_seconds: float | None, base: float | None = None
                ) -> list[int]:
@@ -233,7 +233,8 @@ class GoodputController:
         a plain step is worth (None: the rows' weights, one token each). `draft_seconds` None prices
         drafting per drafter from the kept counts (before drafting); a number is a cost already paid
         (after drafting)."""
-        table, packed, overhead = self.table, self.packed, self._overhead()
+        table, packed = self.table, self.packed
+        plain_overhead, overhead = self._overhead(False), self._overhead()
         kept = [min(r.forced, len(r.probs)) for r in rows]
         tokens = (sum(r.weight for r in rows) if base is None else base) + sum(
             r.weight * sum(r.probs[:k]) for r, k in zip(rows, kept))
@@ -268,7 +269,8 @@ class GoodputController:
 
         def seconds() -> float:
             draft = draft_seconds if draft_seconds is not None else sum(drafting.values())
-            return draft + verify[(total if packed else batch * widest) - batch] + overhead
+            return (draft + verify[(total if packed else batch * widest) - batch]
+                    + (overhead if total > batch else plain_overhead))
 
         best_rate = tokens / max(seconds(), 1e-12)
         best_kept = list(kept)
@@ -302,7 +304,7 @@ class GoodputController:
             if rate > best_rate:
                 best_rate, best_kept = rate, list(kept)
             inputs = total if packed else batch * widest
-            least = (draft_seconds or 0.0) + floor[inputs - batch] + overhead
+            least = (draft_seconds or 0.0) + floor[inputs - batch] + min(overhead, plain_overhead)
             if tokens + left <= best_rate * least:
                 break
             push(index)
@@ -316,7 +318,7 @@ class GoodputController:
         count = len(items.probs)
         draft = table.draft_chain(items.member, count + 1, context=items.context) if items.member \
             else [0.0] * (count + 1)
-        rates = [1.0 / max(verify[0] + overhead, 1e-12)]
+        rates = [1.0 / max(verify[0] + self._overhead(False), 1e-12)]
         tokens, inputs = 1.0, 1 + items.base
         for k, (p, size) in enumerate(zip(items.probs, items.sizes), start=1):
             tokens += p
@@ -362,7 +364,7 @@ class GoodputController:
         items, _, _, best_one = option
         table, packed = self.table, self.packed
         context = items.context
-        plain = table.verify(1, 1, packed, context) + self._overhead()
+        plain = table.verify(1, 1, packed, context) + self._overhead(False)
         inputs = 1 + items.base + sum(items.sizes[:best_one])
         # A probe pays the drafter's catch-up too (a draft model feeds every token since it last drafted,
         # at first the whole prompt): behind a long document a probe costs several plain steps.
@@ -554,7 +556,7 @@ class GoodputController:
         saves per step, and what finishing the whole batch a step sooner saves."""
         known = [c for c in contexts if c is not None]
         context = sum(known) / len(known) if known else None
-        table, overhead = self.table, self._overhead()
+        table, overhead = self.table, self._overhead(False)
         full = table.verify(batch, batch, self.packed, context) + overhead
         less = table.verify(batch - 1, batch - 1, self.packed, context) + overhead if batch > 1 else 0.0
         return max(0.0, full - less), full
@@ -812,7 +814,7 @@ class GoodputController:
                 first = first or name not in self.table.drafters
                 unlearnt.append(("draft", (name, levels, nodes, seconds, plan.lags.get(name, 0.0), context)))
         if timings.get("other") is not None:
-            unlearnt.append(("overhead", (self.name, timings["other"])))
+            unlearnt.append(("overhead", (self.name, timings["other"], any(cut.order))))
         self._unlearnt_steps += 1
         if first or self._unlearnt_steps >= LEARN_EVERY:
             self._learn()
@@ -875,9 +877,10 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool, 
     token counts the same, one each.
 
     In a static batch, or once nobody waits, the batch runs until its last row is done, and worth is
-    seconds saved. A token of any row makes that row leave a step sooner: `marginal` seconds (what a row
-    adds to a step). Only the last row's progress ends the batch sooner, saving what a whole step costs
-    beyond its rows. When several rows are tied for last (within a step) the end moves only if all of them
+    seconds saved. A token of a row committing `pace` tokens a step makes that row leave 1 / pace steps
+    sooner: `marginal` seconds (what a row adds to a step) over its pace (a row whose drafts already commit
+    two tokens a step saves half a step with one more). Only the last row's progress ends the batch
+    sooner, saving what a whole step costs beyond its rows. When several rows are tied for last (within a step) the end moves only if all of them
     advance: a row's token is credited that saving times the chance that the others' drafts advance them
     too (the product of their first nodes' acceptance, `accept`), over the number tied, so that all of them
     drafting adds up to the saving times the chance that all advance. A plain step is worth its cost
@@ -895,7 +898,8 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool, 
     for i in range(count):
         before[i + 1] = before[i] * factors[i]
         after[count - 1 - i] = after[count - i] * factors[count - 1 - i]
-    return [marginal + (ending * before[i] * after[i + 1] if last[i] else 0.0) for i in range(count)], step
+    return [(marginal + (ending * before[i] * after[i + 1] if last[i] else 0.0)) / max(p, 1.0)
+            for i, p in enumerate(pace)], step
 
 
 def _sliced(draft: Draft, counts: list[int]) -> Draft:

@@ -122,7 +122,7 @@ def test_static_batch_tokens_are_worth_the_seconds_they_save():
     weights, _ = row_weights([30, 30, 30], [1.0, 1.0, 1.0], False, 0.001, 0.02, [0.5, 0.9, 0.8])
     assert weights == pytest.approx([0.001 + 0.017 * 0.72 / 3, 0.001 + 0.017 * 0.4 / 3, 0.001 + 0.017 * 0.45 / 3])
     weights, _ = row_weights([30, 40, 10], [1.0, 2.0, 1.0], False, 0.001, 0.02)  # row 0 ends last at its pace
-    assert weights[0] > weights[1] == weights[2]
+    assert weights[0] > weights[2] == 2 * weights[1]  # at two tokens a step, a token saves half a step
 
 
 def test_a_static_batch_drafts_for_the_row_that_ends_it():
@@ -382,8 +382,32 @@ def test_live_decisions_learn_costs():
         step(ctl, [0], [[1, 2, 3]], [3], {"verify": 0.05, "other": 0.001, "draft_by_member": {"d": (3, 3, 0.002)}})
     ctl.finish()
     assert model.live.scale[True] > 1.2 and "d" in model.live.drafters and model.live.overhead("d") > 0
+    assert ("d", True) in model.live.overheads  # learnt as the overhead of steps that verified a draft
     assert model.live.overhead("another drafter") == 0.0  # one drafter's engine work never prices another's
     assert "d" in model.live.acceptance  # the next call's prior
+
+
+def test_a_drafted_steps_extra_engine_work_is_priced_against_the_draft():
+    """Steps that verify a draft cost the engine more (cut, verifier, commit) than plain ones; the two are
+    learnt apart, and a draft whose expected gain is smaller than that difference is cut to nothing."""
+    model = synthetic()
+    model.observe_overhead("d", 0.001, drafted=False)
+    assert model.live.overhead("d", drafted=True) == pytest.approx(0.001)  # unseen kind: the other's
+    model.observe_overhead("d", 0.004, drafted=True)
+    assert model.live.overhead("d", drafted=False) == pytest.approx(0.001)
+    assert model.live.overhead("d", drafted=True) == pytest.approx(0.004)
+    model.live.curves[(True, 1)] = VerifyCurve(1, GRID, (0.010, 0.0105, 0.011, 0.012, 0.013, 0.014, 0.016, 0.02))
+
+    def kept_after_one_step() -> int:
+        ctl = controller(model)  # "d" has no measured draft cost: a free drafter, cut after proposing
+        ctl._row(0).estimates["d"] = RowAcceptance(prior=[0.25], weight=100.0)
+        _, draft = step(ctl, [0], [[5]], [0])
+        return int(draft.num_nodes[0])
+
+    assert kept_after_one_step() == 0  # 1.25 tokens in 10.5 + 4 ms (86/s) < 1 token in 10 + 1 ms (91/s)
+    for _ in range(40):
+        model.observe_overhead("d", 0.001, drafted=True)
+    assert kept_after_one_step() == 1  # the same engine work on both: 1.25 / ~11.9 ms (105/s) > 91/s
 
 
 def test_frozen_rows_are_planned_alone():
