@@ -201,6 +201,18 @@ class AnpdDrafter(Drafter):
         if self._stats:  # empty when used without setup() (direct calls in tests)
             self._stats[key] += value
 
+    def prepare(self, state: DecodeState) -> None:
+        """Build the n-gram tables of rows asked to draft for the first time, from their committed tokens
+        (the prompt): one-off work (~2 ms per 1000 tokens) that counts as setup, like a draft model's
+        prefill, so that what the goodput controller learns as anpd's cost per step is the lookup alone.
+        Built lazily in `propose` instead, a first look behind a long prompt cost 10 plain steps of a small
+        model; anpd then read as a costly drafter whose probes, priced with that catch-up, never looked
+        worth it, and it stayed off for the rest of the process."""
+        budgets = state.draft_budget.tolist() if state.draft_budget is not None else None
+        for b, (row, sequence) in enumerate(zip(state.row_ids, state.sequences)):
+            if row not in self.tables and (budgets is None or budgets[b] > 0):
+                self._table(row, sequence)
+
     def propose(self, state: DecodeState) -> Draft:
         started = time.perf_counter()
         options = self.options
@@ -212,13 +224,18 @@ class AnpdDrafter(Drafter):
         rows = []
         row_scores: list[list[float]] | None = [] if budgets is not None else None  # for the controller
         for b, (row, sequence) in enumerate(zip(state.row_ids, state.sequences)):
-            table = self._table(row, sequence)
             wanted = options.k if self.lengths is None else self.lengths.length(row)
             depth = max(0, min(wanted, max_depth[b], self.engine_node_limit or options.k))
             if budgets is not None:  # the controller verifies no more than this many nodes of the row
                 depth = min(depth, budgets[b])
             scores: list[float] | None = [] if row_scores is not None else None
-            if options.branches == 1 or depth == 0:
+            if depth == 0:  # nothing asked of this row: no lookup (nor a table to build for it)
+                rows.append(([], []))
+                if row_scores is not None:
+                    row_scores.append([])
+                continue
+            table = self._table(row, sequence)
+            if options.branches == 1:
                 tokens = draft_chain(table, table.tail, depth, options.stop_on_miss, options.filler_token, self.eos,
                                      options.min_match, scores)
                 parents = list(range(-1, len(tokens) - 1))

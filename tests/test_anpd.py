@@ -167,6 +167,22 @@ def _state(row_ids: list[int], sequences: list[list[int]], budget: int = 100) ->
                        sampling=SamplingParams(), generator=torch.Generator(), target=None)
 
 
+def test_prepare_builds_the_tables_of_rows_asked_to_draft_and_propose_only_looks_up() -> None:
+    """The tables are one-off work done in `prepare` (setup time), so the draft cost the controller learns
+    is the lookup's; rows the controller keeps plain get no table."""
+    drafter = AnpdDrafter(AnpdOptions(n=3, k=4))
+    sequences = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 4, 5, 4]]
+    state = _state([0, 1], sequences)
+    state.draft_budget = torch.tensor([4, 0])
+    drafter.prepare(state)
+    assert set(drafter.tables) == {0}
+    assert_matches_reference(drafter.tables[0], sequences[0])
+    built = drafter.tables[0]
+    draft = drafter.propose(state)
+    assert drafter.tables[0] is built and 1 not in drafter.tables
+    assert draft.num_nodes.tolist() == [4, 0]
+
+
 def test_observe_counts_committed_tokens_never_rejected_drafts() -> None:
     drafter = AnpdDrafter(AnpdOptions(n=3, k=4))
     sequences = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 4, 5, 4]]
