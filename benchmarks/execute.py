@@ -267,7 +267,7 @@ class CellRun:
         record = self.record
         record["cell_seconds"] = self._seconds
         record["load_average_end"] = _load_average()
-        if self.failed or not hasattr(self, "calls"):
+        if self.failed:  # set up and ran nothing, or stopped on an error: no samples, no calls
             return record
         turn_records = self.turn_records
         record["samples"] = [{"sample_id": s.sample_id, "category": s.category, "raw_category": s.raw_category,

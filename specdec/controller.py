@@ -317,12 +317,12 @@ class GoodputController:
     def _prefix_rates(self, items: _Items) -> list[float]:
         """Rate of one row alone (batch 1) keeping its first k nodes, for k = 0..len: member choice,
         probes and every frozen decision."""
-        table, overhead = self.table, self._overhead()
+        table, plain_overhead, overhead = self.table, self._overhead(False), self._overhead()
         verify = table.verify_from(1, 1, 1 + items.base + sum(items.sizes), self.packed, items.context)
         count = len(items.probs)
         draft = table.draft_chain(items.member, count + 1, context=items.context) if items.member \
             else [0.0] * (count + 1)
-        rates = [1.0 / max(verify[0] + self._overhead(False), 1e-12)]
+        rates = [1.0 / max(verify[0] + plain_overhead, 1e-12)]
         tokens, inputs = 1.0, 1 + items.base
         for k, (p, size) in enumerate(zip(items.probs, items.sizes), start=1):
             tokens += p
@@ -884,8 +884,8 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool, 
     seconds saved. A token of a row committing `pace` tokens a step makes that row leave 1 / pace steps
     sooner: `marginal` seconds (what a row adds to a step) over its pace (a row whose drafts already commit
     two tokens a step saves half a step with one more). Only the last row's progress ends the batch
-    sooner, saving what a whole step costs beyond its rows. When several rows are tied for last (within a step) the end moves only if all of them
-    advance: a row's token is credited that saving times the chance that the others' drafts advance them
+    sooner, saving what a whole step costs beyond its rows. When several rows are tied for last (within a
+    step) the end moves only if all of them advance: a row's token is credited that saving times the chance that the others' drafts advance them
     too (the product of their first nodes' acceptance, `accept`), over the number tied, so that all of them
     drafting adds up to the saving times the chance that all advance. A plain step is worth its cost
     (`step`), so a draft is verified where the seconds it is expected to save exceed the seconds it adds."""

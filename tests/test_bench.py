@@ -162,7 +162,7 @@ def test_interleaved_cells_take_turns_and_match_sequential_outputs(tiny_dir, dat
     assert len({r[0] for r in rounds}) == len(measured)  # each round starts at another cell
     order.clear()
     _, sequential = run_sweep(config, tmp_path / "sequential", show_progress=False, interleave=False)
-    assert [cell for cell, _ in order] == [cell for cell in [c.cell_id for c in cells] for _ in range(units)]
+    assert [cell for cell, _ in order] == [c.cell_id for c in cells for _ in range(units)]  # cell after cell
     assert _outputs(interleaved) == _outputs(sequential)
     assert all(len(call["wall_times"]) == 2 for r in interleaved for call in r["calls"])
 
