@@ -88,6 +88,15 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def compaction_order(size: int, leaving: set[int]) -> list[int]:
+    """The places of a batch of `size` rows that stay when rows `leaving` leave, in their new order: the
+    last staying rows take the places of leaving rows below the new size, so a departure moves at most as
+    many rows in the KV cache as leave (keeping the old order would move every row after the first gap)."""
+    count = size - len(leaving)
+    movers = iter(place for place in range(count, size) if place not in leaving)
+    return [next(movers) if place in leaving else place for place in range(count)]
+
+
 class SpeculativeEngine:
     """Runs a list of prompts to completion with one drafter and one verifier, as one batch or (with
     `max_batch_size`) as a continuously refilled one."""
@@ -199,7 +208,7 @@ class SpeculativeEngine:
                             active[position] = row
                     leaving = set(done[len(joining) :])
                     if leaving:
-                        keep = [i for i in range(len(active)) if i not in leaving]
+                        keep = compaction_order(len(active), leaving)
                         active = [active[i] for i in keep]
                         if active:
                             target.select_rows(torch.tensor(keep, dtype=torch.long))

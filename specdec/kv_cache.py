@@ -55,7 +55,8 @@ class RaggedLayer(CacheLayerMixin):
         self.plan.note_allocation(self._bytes())
 
     def _bytes(self) -> int:
-        return (self.keys.numel() + self.values.numel()) * self.keys.element_size()
+        """Bytes held, including rows that left the batch (select_rows keeps its buffers as views)."""
+        return self.keys.untyped_storage().nbytes() + self.values.untyped_storage().nbytes()
 
     def _grow(self, needed: int) -> None:
         old_bytes = self._bytes()
@@ -106,11 +107,19 @@ class RaggedLayer(CacheLayerMixin):
         self.keys[rows, :, dst] = self.keys[rows, :, src].clone()
         self.values[rows, :, dst] = self.values[rows, :, src].clone()
 
-    def select_rows(self, indices: torch.Tensor) -> None:
-        if self.is_initialized:
-            indices = indices.to(self.device)
-            self.keys = self.keys.index_select(0, indices)
-            self.values = self.values.index_select(0, indices)
+    def select_rows(self, count: int, sources: list[int], places: list[int]) -> None:
+        """Keep the first `count` rows after old rows `sources` moved to rows `places`, in place: the
+        buffers become views of their first rows, so nothing is allocated and only moving rows are copied
+        (a fresh [B, H, capacity, D] copy per departure cost ~7 ms at batch 16 on this CPU)."""
+        if not self.is_initialized:
+            return
+        rows = [(self.keys[source], self.values[source]) for source in sources]
+        if not set(sources).isdisjoint(places):  # a row moves onto another that moves: copy them out first
+            rows = [(keys.clone(), values.clone()) for keys, values in rows]
+        for (keys, values), place in zip(rows, places):  # copy_ per row: ~10x faster than an index_put
+            self.keys[place].copy_(keys)
+            self.values[place].copy_(values)
+        self.keys, self.values = self.keys[:count], self.values[:count]
 
     def replace_rows(self, positions: torch.Tensor, other: RaggedLayer) -> None:
         """Write `other`'s rows over rows `positions` in place (continuous batching without copying the
@@ -191,9 +200,15 @@ class RaggedKVCache(Cache):
         return self.plan.peak_row_slots * per_slot
 
     def select_rows(self, indices: torch.Tensor) -> None:
+        """Keep rows `indices` (new row j holds old row indices[j]), copying only the rows whose place
+        changes; an order that fills leaving rows' places from the end (`engine.compaction_order`) moves
+        as few rows as leave."""
+        order = indices.tolist()
+        moves = [(source, place) for place, source in enumerate(order) if source != place]
+        sources, places = [source for source, _ in moves], [place for _, place in moves]
         self.plan.allocated = 0
         for layer in self.layers:
-            layer.select_rows(indices)
+            layer.select_rows(len(order), sources, places)
             if layer.is_initialized:
                 self.plan.allocated += layer._bytes()
         if self.plan.start.numel():
@@ -222,8 +237,4 @@ class RaggedKVCache(Cache):
             layer.is_initialized = False
 
     def memory_bytes(self) -> int:
-        total = 0
-        for layer in self.layers:
-            if layer.is_initialized:
-                total += layer.keys.numel() * layer.keys.element_size() * 2
-        return total
+        return sum(layer._bytes() for layer in self.layers if layer.is_initialized)

@@ -7,8 +7,12 @@ import functools
 import pytest
 import torch
 from conftest import VOCAB, OracleDrafter, RandomTreeDrafter, hf_greedy, tiny_model
+from hypothesis import given
+from hypothesis import strategies as st
 
 import specdec
+from specdec.engine import compaction_order
+from specdec.kv_cache import RaggedKVCache
 from specdec.registry import known_names
 
 NEW_TOKENS = 12
@@ -70,6 +74,47 @@ def test_rows_finishing_early_leave_the_batch() -> None:
     # row-steps = tokens actually generated (one per step with drafter none): finished rows cost nothing
     assert out.stats.steps == sum(lengths)
     assert out.stats.batch_steps == max(lengths)
+
+
+def test_rows_leaving_from_the_front_keep_their_caches() -> None:
+    """Rows 0 and 1 know their whole continuation and leave first; the last rows take their places in
+    the KV cache (`compaction_order`). Every row still equals its prompt alone."""
+    prompts = _prompts(6)
+    known = {row: list(_alone(tuple(p))) if row < 2 else [] for row, p in enumerate(prompts)}
+    out = specdec.generate(_model(), prompts, drafter=OracleDrafter(known, k=4), verifier="exact",
+                           max_new_tokens=NEW_TOKENS)
+    for prompt, sequence in zip(prompts, out.sequences):
+        assert sequence == list(_alone(tuple(prompt)))
+    assert max(out.stats.row_steps[:2]) < min(out.stats.row_steps[2:]) == NEW_TOKENS
+
+
+@given(st.integers(1, 12).flatmap(lambda size: st.tuples(st.just(size), st.sets(st.integers(0, size - 1)))))
+def test_compaction_moves_only_rows_past_the_new_end(case: tuple[int, set[int]]) -> None:
+    size, leaving = case
+    order = compaction_order(size, leaving)
+    count = size - len(leaving)
+    assert sorted(order) == [place for place in range(size) if place not in leaving]
+    moved = [place for place, source in enumerate(order) if source != place]
+    assert all(order[place] >= count for place in moved)
+    assert len(moved) == len([place for place in leaving if place < count])
+
+
+def test_cache_keeps_rows_in_place() -> None:
+    """select_rows keeps any order of rows (a drafter's own cache follows the engine's by row id), copies
+    into the buffers it has instead of allocating new ones, and keeps reporting the bytes it holds."""
+    cache = RaggedKVCache(num_layers=2, capacity=8)
+    cache.set_plan(torch.zeros(5, dtype=torch.long), steps=3)
+    keys, values = torch.randn(5, 2, 3, 4), torch.randn(5, 2, 3, 4)
+    for index in range(2):
+        cache.update(keys + index, values - index, index)
+    held = cache.memory_bytes()
+    pointer = cache.layers[0].keys.data_ptr()
+    for order in ([0, 4, 2, 3], [3, 0, 1], [1, 2]):  # a place from the end; a permutation; the front leaves
+        expected = [(layer.keys[order].clone(), layer.values[order].clone()) for layer in cache.layers]
+        cache.select_rows(torch.tensor(order))
+        for layer, (keys_now, values_now) in zip(cache.layers, expected):
+            assert torch.equal(layer.keys, keys_now) and torch.equal(layer.values, values_now)
+        assert cache.layers[0].keys.data_ptr() == pointer and cache.memory_bytes() == held
 
 
 @pytest.mark.parametrize("batch", [1, 2, 4, 8, 16])
