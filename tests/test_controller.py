@@ -319,6 +319,51 @@ def test_a_costly_drafter_is_probed_less_where_another_drafter_commits_more():
     assert beside_plain >= 10 and probes_of_d(good_is_right=True) < 0.75 * beside_plain
 
 
+def _measured(model: CostModel, name: str, constant: float, per_node: float) -> None:
+    fit = LinearFit(DRAFT_FEATURES)
+    for nodes in (1, 2, 3, 5, 8) * 4:
+        fit.update(draft_features(nodes, nodes), constant + per_node * nodes)
+    model.live.drafters[name] = fit
+
+
+def test_auto_probes_once_each_drafter_nothing_is_known_of():
+    """Priced from the default prior, unmeasured drafters all look alike and the first in order always
+    won (auto in a fresh process ran anpd alone). A row probes each drafter nothing is known of, once."""
+    timings = {"verify": 0.014, "other": 0.0005}
+    ctl = controller(synthetic(), members=[Member("first", False), Member("second", False)],
+                     probe_after=1024, max_probe_interval=1024)  # no probes but these
+    chosen = []
+    for _ in range(12):
+        plan = ctl.plan([0], [100], 64)
+        name = plan.choice[0]
+        chosen.append((name, plan.probe[0]))
+        draft, cut = ctl.cut(chain([[1, 2, 3][: plan.budget[0]]]), plan, 0.0)
+        ctl.observe(plan, cut, verdict([0], draft.width), {**timings, "draft_by_member": {name: (3, 3, 0.004)}})
+    assert chosen[0] == ("second", True)
+    assert chosen.count(("second", True)) == 1 and chosen.count(("first", True)) <= 1
+    assert sum(probe for _, probe in chosen) == ctl.counts["probes"] <= 2
+    # Both measured before the call: no such probe.
+    model = synthetic()
+    for name in ("first", "second"):
+        _measured(model, name, 0.004, 0.001)
+    plan = controller(model, members=[Member("first", False), Member("second", False)], probe_after=1024).plan(
+        [0], [100], 64)
+    assert plan.probe == [False]
+
+
+def test_a_free_drafter_that_promises_most_looks_in_front_of_a_costly_one():
+    """Where a free drafter (a lookup) finds nothing, its row would decode plainly: the best costly
+    drafter is the row's plan and the free one looks first (its draft replaces the plan where it promises
+    more)."""
+    model = synthetic()
+    _measured(model, "lookup", 0.00001, 0.0)
+    _measured(model, "model", 0.001, 0.0005)
+    ctl = controller(model, members=[Member("lookup", False), Member("model", False)], probe_after=1024)
+    plan = ctl.plan([0], [100], 64)
+    assert plan.choice == ["model"] and plan.look == ["lookup"] and plan.budget[0] > 0
+    assert plan.rate[0] > 1.0 / 0.0105  # the costly plan's expected rate, above a plain step's
+
+
 def test_a_batch_where_no_draft_pays_says_so():
     # A costly drafter that pays for a row alone, in a batch of two where every extra input costs as much as
     # a whole step: the joint pricing keeps nothing, and the reason names the batch's cost, not other rows.
