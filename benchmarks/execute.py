@@ -52,7 +52,7 @@ class Workspace:
         return self._models[spec]
 
     def samples(self, cell: Cell) -> list[Sample]:
-        key = cell.dataset
+        key = cell.dataset.model_dump_json()  # the spec holds a list (categories): not hashable itself
         if key not in self._samples:
             spec = cell.dataset
             self._samples[key] = load_dataset(spec.kind, spec.path, spec.categories, spec.per_category)

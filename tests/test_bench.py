@@ -167,6 +167,15 @@ def test_interleaved_cells_take_turns_and_match_sequential_outputs(tiny_dir, dat
     assert all(len(call["wall_times"]) == 2 for r in interleaved for call in r["calls"])
 
 
+def test_a_sweep_over_some_categories_runs_only_them(tiny_dir, data_files, tmp_path):
+    """`--categories` (a list in the dataset spec): the cells run, on those categories' prompts only."""
+    config = _config(tiny_dir, {"kind": "spec_bench", "path": str(data_files["spec"]), "categories": ["qa"]},
+                     ["none"])
+    _, records = run_sweep(config, tmp_path, show_progress=False)
+    assert all(record["status"] == "ok" for record in records), [r.get("error") for r in records]
+    assert {sample["category"] for record in records for sample in record["samples"]} == {"qa"}
+
+
 def test_malformed_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"question_id": 1, "category": "qa", "turns": ["hi"]}\n\n{"question_id": 2, "categ\n')
