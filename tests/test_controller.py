@@ -14,6 +14,7 @@ from specdec.acceptance import RowAcceptance
 from specdec.controller import (
     CHEAP_DRAFT,
     LEARN_EVERY,
+    QUIET_SAMPLE,
     ControllerOptions,
     GoodputController,
     Member,
@@ -242,11 +243,26 @@ def test_a_drafters_first_timing_is_learnt_at_once():
     assert plan.free == [True] and "d" in model.live.drafters
     assert ctl.plan([0], [100], 64).free == [False]
     before = model.live.verify(1, 1)
-    for _ in range(LEARN_EVERY - 1):  # slower forwards: learnt only once LEARN_EVERY steps are kept
-        step(ctl, [0], [[1] * 12], [0], {**timings, "verify": 0.05})
+    # Slower forwards, drafts all accepted (the row keeps drafting, so every step's timings are kept): learnt
+    # only once LEARN_EVERY steps are kept.
+    for _ in range(LEARN_EVERY - 1):
+        step(ctl, [0], [[1] * 12], [12], {**timings, "verify": 0.05})
     assert model.live.verify(1, 1) == before
-    step(ctl, [0], [[1] * 12], [0], {**timings, "verify": 0.05})
+    step(ctl, [0], [[1] * 12], [12], {**timings, "verify": 0.05})
     assert model.live.verify(1, 1) > 1.5 * before
+
+
+def test_quiet_rows_are_planned_plainly_and_learnt_from_one_step_in_a_few():
+    """A row priced as plain stays plain without being priced again, and of such steps the cost model learns
+    from one in QUIET_SAMPLE (on the 1 ms step of a small model, learning from every one cost 0.7%)."""
+    model = synthetic(draft=(0.02, 0.0, 0.002))  # a costly drafter: 20 ms a draft against a 10 ms step
+    ctl = controller(model, probe_after=1024, max_probe_interval=1024)
+    steps = 4 * LEARN_EVERY * QUIET_SAMPLE
+    plans = [step(ctl, [0], [[1] * 4], [0], {"verify": 0.010, "other": 0.0005})[0] for _ in range(steps)]
+    assert all(plan.choice == [None] for plan in plans)
+    assert sum(plan.quiet for plan in plans) >= steps - steps // 16
+    learnt = model.live.overhead_samples[("d", False)] + len(ctl._unlearnt) // 2
+    assert steps / QUIET_SAMPLE <= learnt <= steps / QUIET_SAMPLE + steps // 16
 
 
 def test_a_free_drafter_rests_after_looks_that_are_cut_not_after_finding_nothing():
