@@ -16,6 +16,12 @@ weights' bytes once more, so it is made only while that stays under a quarter of
 memory. The view is kept per model (weakly) and rebuilt when the model's modules are replaced or a
 weight changes (tensor version counters), so an edited model never runs stale weights.
 
+Which kernel wins depends on the processor: on the AMD EPYC this was written on, oneDNN was as fast as
+MKL for one input row and faster for more; on a Sapphire Rapids Xeon, MKL is 1.1-2.7x faster for 1-4
+rows and oneDNN 2x faster from 8 (a plain step through oneDNN made `none` 16% slower than transformers'
+`generate`). So each layer shape is timed once when a view is built, on both kernels at a few row
+counts, and a `PackedLinear` runs MKL below the row count from which oneDNN wins (`_crossover`).
+
 Numerics: the same fp32 products summed in another order, as MKL's GEMM already does between one
 and several rows (logits differ by ~1e-6 relative); verification stays exact against the target as
 this runtime computes it, and the support check (`specdec.model_support`) compares against
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 import weakref
 from typing import Any
 
@@ -37,19 +44,32 @@ MEMORY_SHARE = 0.25
 #: earns back by streaming its weight faster; tiny layers that sit in cache never do.
 MIN_WEIGHT_ELEMENTS = 1 << 17
 
+#: Input row counts at which both kernels are timed per layer shape (`_crossover`), and the rounds.
+TIMED_ROWS = (1, 2, 4, 8, 16, 32)
+TIMING_ROUNDS = 5
+
 _VIEWS: weakref.WeakKeyDictionary[torch.nn.Module, _View] = weakref.WeakKeyDictionary()
 
 
 class PackedLinear(torch.nn.Module):
-    """`source`'s forward with its weight in oneDNN's blocked layout (read-only copy; bias shared)."""
+    """`source`'s forward with its weight in oneDNN's blocked layout (read-only copy; bias shared), used
+    from `min_rows` input rows on (MKL, as `source` itself, below)."""
 
-    def __init__(self, source: torch.nn.Linear) -> None:
+    def __init__(self, source: torch.nn.Linear, min_rows: int | None = None) -> None:
         super().__init__()
         self.source = source
         with torch.no_grad():
             self.packed = torch.ops.mkldnn._reorder_linear_weight(source.weight.detach(), None)
+        self.min_rows = _crossover(self) if min_rows is None else min_rows
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        flat = inputs.reshape(-1, inputs.shape[-1])
+        rows = flat.shape[0]
+        if rows < self.min_rows:
+            return torch.nn.functional.linear(inputs, self.source.weight, self.source.bias)
+        return self.onednn(inputs)
+
+    def onednn(self, inputs: torch.Tensor) -> torch.Tensor:
         flat = inputs.reshape(-1, inputs.shape[-1])
         rows = flat.shape[0]
         if rows == 2:  # oneDNN's 2-row kernel is slower than its 3-row one (default model: 6.2 vs 5.0 ms of
@@ -58,18 +78,46 @@ class PackedLinear(torch.nn.Module):
         return output[:rows].view(*inputs.shape[:-1], output.shape[-1])
 
 
+@torch.no_grad()
+def _crossover(layer: PackedLinear) -> int:
+    """The fewest input rows from which oneDNN beats MKL on this layer here, from TIMED_ROWS (past the last:
+    never). Each row count is timed on both kernels in alternation, best of TIMING_ROUNDS; a row count is
+    won by oneDNN when it is at least 3% faster, and the crossover is the first row count from which it
+    wins at every larger one. ~1 ms per shape on the default model, ~0.3 s on a 1B model's shapes."""
+    weight = layer.source.weight
+    wins = []
+    for rows in TIMED_ROWS:
+        inputs = torch.randn(rows, weight.shape[1], dtype=weight.dtype)
+        mkl = onednn = float("inf")
+        for _ in range(TIMING_ROUNDS):
+            started = time.perf_counter()
+            torch.nn.functional.linear(inputs, weight, layer.source.bias)
+            middle = time.perf_counter()
+            layer.onednn(inputs)
+            mkl, onednn = min(mkl, middle - started), min(onednn, time.perf_counter() - middle)
+        wins.append(onednn < 0.97 * mkl)
+    crossover = len(TIMED_ROWS)
+    while crossover > 0 and wins[crossover - 1]:
+        crossover -= 1
+    return TIMED_ROWS[crossover] if crossover < len(TIMED_ROWS) else TIMED_ROWS[-1] + 1
+
+
 class _View:
     """The copy of one model and what it was built from (to tell when it went stale)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.modules = _module_ids(model)
         self.linears: list[tuple[torch.nn.Linear, torch.Tensor, int]] = []
+        self.crossovers: dict[tuple[int, int, bool], int] = {}  # per layer shape (out, in, bias)
         self.model = self._copy(model)
 
     def _copy(self, module: torch.nn.Module) -> torch.nn.Module:
         if _packable(module):
             self.linears.append((module, module.weight, module.weight._version))
-            return PackedLinear(module)
+            shape = (*module.weight.shape, module.bias is not None)
+            packed = PackedLinear(module, self.crossovers.get(shape))
+            self.crossovers[shape] = packed.min_rows
+            return packed
         if "forward" in module.__dict__:  # patched on the instance (accelerate's hooks, a LayerSkipper): keep it,
             return module                 # so the patch applies exactly as on the model, now and later
         clone = copy.copy(module)  # same parameters, buffers, config and hooks; its own child list

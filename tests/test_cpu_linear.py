@@ -15,6 +15,15 @@ from specdec.target import TargetRunner
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 
+MEASURED_CROSSOVER = cpu_linear._crossover
+
+
+@pytest.fixture(autouse=True)
+def onednn_from_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here checks oneDNN's kernel from the first input row, whatever this machine's crossover
+    (on a Xeon these small layers would run MKL at every width the tests use)."""
+    monkeypatch.setattr(cpu_linear, "_crossover", lambda layer: 1)
+
 
 def wide_llama(seed: int = 0, arch: str = "llama") -> torch.nn.Module:
     """Layers above `MIN_WEIGHT_ELEMENTS`, so they are packed (the shared tiny models are too small)."""
@@ -133,3 +142,27 @@ def test_runner_uses_the_view_and_greedy_matches_transformers(family: str) -> No
     short = prompt[:9]  # a ragged batch: packed inputs through the packed layers
     out = specdec.generate(model, [prompt, short], drafter="anpd", max_new_tokens=24, controller=False)
     assert out.sequences == [expected[:24], hf_greedy(model, short, 24)]
+
+
+def test_packed_layers_run_mkl_below_their_crossover(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = torch.nn.Linear(512, 512)
+    packed = cpu_linear.PackedLinear(layer, min_rows=4)
+    through_onednn = []
+    onednn = packed.onednn
+    monkeypatch.setattr(packed, "onednn", lambda inputs: through_onednn.append(inputs.shape[0]) or onednn(inputs))
+    with torch.no_grad():
+        for rows in (1, 3, 4, 9):
+            inputs = torch.randn(rows, 512)
+            torch.testing.assert_close(packed(inputs), layer(inputs), rtol=1e-5, atol=1e-5)
+    assert through_onednn == [4, 9]
+
+
+def test_each_layer_shape_is_timed_once_per_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    measured = MEASURED_CROSSOVER(cpu_linear.PackedLinear(torch.nn.Linear(512, 512), min_rows=1))
+    assert measured in (*cpu_linear.TIMED_ROWS, cpu_linear.TIMED_ROWS[-1] + 1)
+    timed = []
+    monkeypatch.setattr(cpu_linear, "_crossover", lambda layer: timed.append(tuple(layer.source.weight.shape)) or 8)
+    model = wide_llama()
+    packed = [m for m in cpu_linear.packed_view(model).modules() if isinstance(m, cpu_linear.PackedLinear)]
+    assert len(timed) == len(set(timed)) == len({tuple(m.source.weight.shape) for m in packed}) < len(packed)
+    assert all(m.min_rows == 8 for m in packed)
