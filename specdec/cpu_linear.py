@@ -44,9 +44,11 @@ MEMORY_SHARE = 0.25
 #: earns back by streaming its weight faster; tiny layers that sit in cache never do.
 MIN_WEIGHT_ELEMENTS = 1 << 17
 
-#: Input row counts at which both kernels are timed per layer shape (`_crossover`), and the rounds.
+#: Input row counts at which both kernels are timed per layer shape (`_crossover`), the rounds, and the most
+#: weights timed (a bigger layer is timed on its first outputs).
 TIMED_ROWS = (1, 2, 4, 8, 16, 32)
 TIMING_ROUNDS = 5
+TIMED_ELEMENTS = 1 << 23
 
 _VIEWS: weakref.WeakKeyDictionary[torch.nn.Module, _View] = weakref.WeakKeyDictionary()
 
@@ -60,40 +62,49 @@ class PackedLinear(torch.nn.Module):
         self.source = source
         with torch.no_grad():
             self.packed = torch.ops.mkldnn._reorder_linear_weight(source.weight.detach(), None)
-        self.min_rows = _crossover(self) if min_rows is None else min_rows
+        self.min_rows = _crossover(source.weight.detach(), source.bias) if min_rows is None else min_rows
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        flat = inputs.reshape(-1, inputs.shape[-1])
-        rows = flat.shape[0]
-        if rows < self.min_rows:
+        if inputs.numel() < self.min_rows * inputs.shape[-1]:  # fewer rows than the crossover: MKL
             return torch.nn.functional.linear(inputs, self.source.weight, self.source.bias)
         return self.onednn(inputs)
 
     def onednn(self, inputs: torch.Tensor) -> torch.Tensor:
-        flat = inputs.reshape(-1, inputs.shape[-1])
-        rows = flat.shape[0]
-        if rows == 2:  # oneDNN's 2-row kernel is slower than its 3-row one (default model: 6.2 vs 5.0 ms of
-            flat = torch.cat((flat, flat[-1:]))  # linear layers per forward), so compute a copy of one row too
-        output = torch.ops.mkldnn._linear_pointwise.default(flat, self.packed, self.source.bias, "none", [], "")
-        return output[:rows].view(*inputs.shape[:-1], output.shape[-1])
+        return _onednn_linear(inputs, self.packed, self.source.bias)
+
+
+def _onednn_linear(inputs: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    flat = inputs.reshape(-1, inputs.shape[-1])
+    rows = flat.shape[0]
+    if rows == 2:  # oneDNN's 2-row kernel is slower than its 3-row one (default model: 6.2 vs 5.0 ms of
+        flat = torch.cat((flat, flat[-1:]))  # linear layers per forward), so compute a copy of one row too
+    output = torch.ops.mkldnn._linear_pointwise.default(flat, packed, bias, "none", [], "")
+    return output[:rows].view(*inputs.shape[:-1], output.shape[-1])
 
 
 @torch.no_grad()
-def _crossover(layer: PackedLinear) -> int:
-    """The fewest input rows from which oneDNN beats MKL on this layer here, from TIMED_ROWS (past the last:
-    never). Each row count is timed on both kernels in alternation, best of TIMING_ROUNDS; a row count is
-    won by oneDNN when it is at least 3% faster, and the crossover is the first row count from which it
-    wins at every larger one. ~1 ms per shape on the default model, ~0.3 s on a 1B model's shapes."""
-    weight = layer.source.weight
+def _crossover(weight: torch.Tensor, bias: torch.Tensor | None) -> int:
+    """The fewest input rows from which oneDNN beats MKL on a layer of this shape here, from TIMED_ROWS (past
+    the last: never). Each row count is timed on both kernels in alternation, best of TIMING_ROUNDS; a row
+    count is won by oneDNN when it is at least 3% faster, and the crossover is the first row count from which
+    it wins at every larger one. A layer of more than TIMED_ELEMENTS weights is timed on its first outputs
+    (both kernels' time grows in proportion with the outputs; a 32000-token head timed whole took 3 s):
+    ~0.1 s a shape at most, 0.14 s for the whole default model's view, packing included. Timed once per
+    view: on an oversubscribed CPU the choice can differ between processes, which changes speed and the
+    logits' last bits (~1e-6 relative), never what the runtime verifies against."""
+    outputs = max(1, TIMED_ELEMENTS // weight.shape[1])
+    weight = weight[:outputs]
+    bias = None if bias is None else bias[:outputs]
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
     wins = []
     for rows in TIMED_ROWS:
         inputs = torch.randn(rows, weight.shape[1], dtype=weight.dtype)
         mkl = onednn = float("inf")
         for _ in range(TIMING_ROUNDS):
             started = time.perf_counter()
-            torch.nn.functional.linear(inputs, weight, layer.source.bias)
+            torch.nn.functional.linear(inputs, weight, bias)
             middle = time.perf_counter()
-            layer.onednn(inputs)
+            _onednn_linear(inputs, packed, bias)
             mkl, onednn = min(mkl, middle - started), min(onednn, time.perf_counter() - middle)
         wins.append(onednn < 0.97 * mkl)
     crossover = len(TIMED_ROWS)

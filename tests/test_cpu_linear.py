@@ -22,7 +22,7 @@ MEASURED_CROSSOVER = cpu_linear._crossover
 def onednn_from_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test here checks oneDNN's kernel from the first input row, whatever this machine's crossover
     (on a Xeon these small layers would run MKL at every width the tests use)."""
-    monkeypatch.setattr(cpu_linear, "_crossover", lambda layer: 1)
+    monkeypatch.setattr(cpu_linear, "_crossover", lambda weight, bias: 1)
 
 
 def wide_llama(seed: int = 0, arch: str = "llama") -> torch.nn.Module:
@@ -158,10 +158,11 @@ def test_packed_layers_run_mkl_below_their_crossover(monkeypatch: pytest.MonkeyP
 
 
 def test_each_layer_shape_is_timed_once_per_view(monkeypatch: pytest.MonkeyPatch) -> None:
-    measured = MEASURED_CROSSOVER(cpu_linear.PackedLinear(torch.nn.Linear(512, 512), min_rows=1))
+    layer = torch.nn.Linear(512, 512)
+    measured = MEASURED_CROSSOVER(layer.weight.detach(), layer.bias)
     assert measured in (*cpu_linear.TIMED_ROWS, cpu_linear.TIMED_ROWS[-1] + 1)
     timed = []
-    monkeypatch.setattr(cpu_linear, "_crossover", lambda layer: timed.append(tuple(layer.source.weight.shape)) or 8)
+    monkeypatch.setattr(cpu_linear, "_crossover", lambda weight, bias: timed.append(tuple(weight.shape)) or 8)
     model = wide_llama()
     packed = [m for m in cpu_linear.packed_view(model).modules() if isinstance(m, cpu_linear.PackedLinear)]
     assert len(timed) == len(set(timed)) == len({tuple(m.source.weight.shape) for m in packed}) < len(packed)
