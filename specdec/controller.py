@@ -139,6 +139,11 @@ class Plan:
     base: float | None = None  # what a plain step is worth in the weights' unit (None: one token a row)
     quiet: bool = False  # every row plain without being priced again (`_all_quiet`)
 
+    @property
+    def plain(self) -> bool:
+        """No row drafts this step (nor looks with a free drafter): the drafter is not asked."""
+        return not any(self.budget) and not any(self.look_budget)
+
 
 @dataclass
 class Cut:
@@ -799,7 +804,7 @@ class GoodputController:
     # -- learning ----------------------------------------------------------------------------------
     def observe(self, plan: Plan, cut: Cut, verdict: Verdict, timings: dict[str, Any]) -> None:
         """Update every row's estimates from the verdict, and (live) the cost model from the timings."""
-        if not any(plan.budget) and not any(plan.look_budget):
+        if plan.plain:
             counts = self._observe_plain()
         else:
             counts = self._observe_rows(plan, cut, verdict)
@@ -962,9 +967,9 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool, 
     sooner: `marginal` seconds (what a row adds to a step) over its pace (a row whose drafts already commit
     two tokens a step saves half a step with one more). Only the last row's progress ends the batch
     sooner, saving what a whole step costs beyond its rows. When several rows are tied for last (within a
-    step) the end moves only if all of them advance: a row's token is credited that saving times the chance that the others' drafts advance them
-    too (the product of their first nodes' acceptance, `accept`), over the number tied, so that all of them
-    drafting adds up to the saving times the chance that all advance. A plain step is worth its cost
+    step) the end moves only if all of them advance: a row's token is credited that saving times the chance
+    that the others' drafts advance them too (the product of their first nodes' acceptance, `accept`), over
+    the number tied, so that all of them drafting adds up to the saving times the chance that all advance. A plain step is worth its cost
     (`step`), so a draft is verified where the seconds it is expected to save exceed the seconds it adds."""
     count = len(remaining)
     if waiting or count <= 1:

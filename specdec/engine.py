@@ -315,7 +315,7 @@ class SpeculativeEngine:
                                    target.lengths.tolist())
             state.draft_budget = torch.tensor(plan.budget, dtype=torch.long)
             state.draft_choice = list(plan.choice)
-        if plan is not None and not any(plan.budget) and not any(plan.look_budget):
+        if plan is not None and plan.plain:
             # The controller decodes every row plainly: the drafter is not asked (on a 2 ms step its
             # prepare and propose cost ~2%); it still sees the committed tokens in `observe`.
             prepared = prepared_clock = 0.0
