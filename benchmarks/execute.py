@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from specdec import registry
+from specdec.costs import CostModel, device_key
 from specdec.stats import GenerationStats
 from specdec.target import context_length, model_device
 
@@ -124,7 +125,11 @@ def hf_method(cell: Cell, loaded: LoadedModel) -> MethodFn:
 
 
 def specdec_method(cell: Cell, loaded: LoadedModel, reference: dict[str, list[int]] | None) -> MethodFn:
-    """specdec.generate with one drafter instance for the whole cell (as a server would keep it)."""
+    """specdec.generate with one drafter instance and one cost model for the whole cell, as a server
+    running that method would keep them. A cost model of its own (its verify curves measured at the cell's
+    first warm-up call, ~1 s) keeps cells from pricing steps with what other cells taught the model's
+    shared one: sharing it, `auto`'s layer_skip verdicts (drafted where anpd's look found nothing, the
+    hard stretches) became the priors of the `layer_skip` cell's rows."""
     import specdec
 
     assert cell.drafter is not None
@@ -135,11 +140,12 @@ def specdec_method(cell: Cell, loaded: LoadedModel, reference: dict[str, list[in
                                "(did the reference cell fail?)")
         options = {**options, "continuations": reference}
     drafter = registry.create("drafter", cell.drafter.name, options)
+    costs = CostModel(device_key(model_device(loaded.target)))
 
     def run(prompts: list[list[int]]) -> tuple[list[list[int]], GenerationStats, bool]:
         out = specdec.generate(loaded.target, prompts, tokenizer=loaded.tokenizer, drafter=drafter,
                                verifier=cell.verifier or "auto", max_new_tokens=cell.max_new_tokens,
-                               temperature=cell.temperature, seed=cell.seed)
+                               temperature=cell.temperature, seed=cell.seed, cost_model=costs)
         return out.sequences, out.stats, out.verifier_lossless
 
     return run

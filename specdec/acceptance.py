@@ -29,6 +29,9 @@ PRIOR_FIRST = 0.6
 PRIOR_NEXT = 0.85
 PRIOR_WEIGHT = 2.0
 DECAY = 0.85
+#: Pseudo-count of the parent's estimate in an explored position's (`RowAcceptance.conditional`): what a
+#: stale position's estimate returns to as its own counts age.
+STALE_WEIGHT = 0.25
 
 
 def _prior(values: list[float], position: int) -> float:
@@ -61,27 +64,36 @@ class RowAcceptance:
             return min(1.0, self.score_mean[position])
         return _prior(self.prior, position)
 
-    def conditional(self, position: int, explore: bool = False) -> float:
-        """c[position]. With `explore`, a position this row has not verified yet (extending a chain past the
-        deepest one it has) is taken as no less likely than that deepest one: a drafter whose length is
-        planned before drafting (a draft model, layer_skip) otherwise never drafts a position whose pooled
-        prior is pessimistic, so never corrects it (layer_skip accepting 4 of 4 every step was held at 4 by a
-        pooled 0.48 at the fifth node). A free drafter (anpd) proposes every position anyway and is cut by
-        its scores; exploring there verified longer losing tails (mt_bench 0.91 of its constant rule
-        instead of 0.96)."""
+    def conditional(self, position: int, explore: bool = False, parent: float | None = None) -> float:
+        """c[position]. With `explore` (drafters whose length is planned before drafting: a draft model,
+        layer_skip), a position is taken as likelier where its parent's explored estimate `parent` is:
+        * not verified yet (extending a chain past the deepest one): no less likely than its parent.
+          Otherwise a position whose pooled prior is pessimistic is never drafted, so never corrected
+          (layer_skip accepting 4 of 4 every step was held at 4 by a pooled 0.48 at the fifth node);
+        * verified before: its counts plus STALE_WEIGHT pseudo-counts at the parent's value. Counts of
+          positions a step did not verify age (`observe`), so a position not verified lately returns to
+          its parent's estimate and is tried again: a draft model whose second token failed twice early
+          in a translation was then held at one token a step for 60 steps accepting every first token.
+        A free drafter (anpd) proposes every position anyway and is cut by its scores; exploring there
+        verified longer losing tails (mt_bench 0.91 of its constant rule instead of 0.96)."""
         if position < len(self.trials):
-            return self.hits[position] / self.trials[position]
+            hits, trials = self.hits[position], self.trials[position]
+            if explore and parent is not None:
+                return (hits + STALE_WEIGHT * parent) / (trials + STALE_WEIGHT)
+            return hits / trials
         start = self._start(position)
         if explore and self.trials:
-            return max(start, self.hits[-1] / self.trials[-1])
+            return max(start, parent if parent is not None else self.hits[-1] / self.trials[-1])
         return start
 
     def probs(self, count: int, explore: bool = False) -> list[float]:
         """P(accepted) of a chain's first `count` nodes (`explore`: see `conditional`)."""
         out: list[float] = []
         p = 1.0
+        c: float | None = None
         for i in range(count):
-            p *= self.conditional(i, explore)
+            c = self.conditional(i, explore, c)
+            p *= c
             out.append(p)
         return out
 
@@ -91,8 +103,11 @@ class RowAcceptance:
         the root, always earlier); `scores` their conditional scores, when the drafter gives some;
         `explore`: see `conditional` (chain extensions only, never a sibling)."""
         out: list[float] = []
+        conditionals: list[float] = []
         for i, parent in enumerate(parents):
-            c = self.conditional(i, explore and parent == i - 1)
+            chained = explore and parent == i - 1
+            c = self.conditional(i, chained, conditionals[parent] if chained and parent >= 0 else None)
+            conditionals.append(c)
             if scores is not None and i < len(self.score_mean) and self.score_mean[i] > 0:
                 # Damped: a score twice the usual one makes acceptance likelier, not twice as likely.
                 c = min(1.0, c * min(2.0, max(0.5, (scores[i] / self.score_mean[i]) ** 0.5)))
@@ -110,6 +125,10 @@ class RowAcceptance:
                 continue
             self.hits[i] = self.decay * self.hits[i] + float(hit)
             self.trials[i] = self.decay * self.trials[i] + 1.0
+        for i in range(len(accepted), len(self.trials)):  # not verified this step: the counts age
+            if self.trials[i] > 1e-6:  # (their ratio stays; long rows must not age it to 0 / 0)
+                self.hits[i] *= self.decay
+                self.trials[i] *= self.decay
 
     def observe_scores(self, scores: Sequence[float]) -> None:
         """Conditional scores of one proposal in position order (every proposed node, verified or not)."""

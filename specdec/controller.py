@@ -78,6 +78,9 @@ QUIET_SAMPLE = 4
 FRUITLESS_LOOKS = 4
 FIRST_REST = 4
 MAX_REST = 16
+#: Least budget of a free drafter's look (`_free_budget`): what a drafter must be able to draft at the
+#: CHEAP_DRAFT price to be free.
+FREE_NODES = 16
 
 
 class ControllerOptions(BaseModel):
@@ -351,8 +354,8 @@ class GoodputController:
 
     # -- before drafting -------------------------------------------------------------------------
     def _cheap_drafters(self) -> frozenset[str]:
-        """Drafters whose one-node draft costs almost nothing to make (a lookup): they propose all they
-        can every step and the cut after drafting sees what they offer and decides (unless they add
+        """Drafters whose drafts cost almost nothing to make, even as long as a free look's (a lookup):
+        they propose all they can every step and the cut after drafting sees what they offer and decides (unless they add
         inputs of their own to the forward, which a free look would pay for). Worked out again only
         after the cost model has learnt (`_learn`)."""
         if self._cheap is not None:
@@ -362,11 +365,16 @@ class GoodputController:
         # that always drafted the same length gives the fit no slope, and its one-node extrapolation can be
         # tiny (a 12-token draft_model draft costing 0.8 of a plain step read as free, so it drafted 12
         # tokens every step). Unmeasured drafters look once; that look measures them.
+        # Nor by its mean alone: a free look drafts FREE_NODES nodes, and a draft model asked for one token
+        # a step (1.2 ms against a 9.5 ms step) read as free, was asked for 16 (9 ms, mostly rejected) until
+        # the cost model learnt again, then cut back to one: translation prompts ran at 0.76 of its
+        # heuristic rule. The fit is read at the free look's size (a lookup's cost barely grows with it).
         # A sampled draft is cut only to a budget fixed before drafting (losslessness): never a free look.
         cheap = set()
         for name in self.order:
             mean = self.table.draft_mean(name)
-            if not self.members[name].stochastic and (mean is None or mean <= limit):
+            if not self.members[name].stochastic and (mean is None or (
+                    mean <= limit and self.table.draft(name, FREE_NODES, FREE_NODES) <= limit)):
                 cheap.add(name)
         self._cheap = frozenset(cheap)
         return self._cheap
@@ -394,7 +402,7 @@ class GoodputController:
 
     def _free_budget(self, row: _Row, name: str, cap: int) -> int:
         """A cheap drafter's budget: all it has offered so far and more (never throttled to its guesses)."""
-        return min(cap, max(16, row.largest.get(name, 0) + 2))
+        return min(cap, max(FREE_NODES, row.largest.get(name, 0) + 2))
 
     def plan(self, row_ids: Sequence[int], max_depth: Sequence[int], max_nodes: int,
              waiting: bool = True, contexts: Sequence[float] | None = None) -> Plan:
@@ -592,7 +600,10 @@ class GoodputController:
         to look with): a plain step for all, in a few microseconds. On a 1 ms step the full pricing loop's
         ~15 us cost 1.5% of every plain step of a drafter the controller keeps off. None otherwise."""
         rows = [self.rows.get(row_id) for row_id in row_ids]
-        if cheap_names or not all(row is not None and row.quiet > 0 and row.pending is None for row in rows):
+        # A free drafter looks in a row unless its look needs extra inputs (PPD's prompt slots): then the row
+        # is priced like any other, and PPD kept off by the cost of its trees is quiet too.
+        if not all(row is not None and row.quiet > 0 and row.pending is None
+                   and not any(row.root_extras[name] == 0 for name in cheap_names) for row in rows):
             return None
         for row in rows:
             row.quiet -= 1

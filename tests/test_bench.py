@@ -167,6 +167,29 @@ def test_interleaved_cells_take_turns_and_match_sequential_outputs(tiny_dir, dat
     assert all(len(call["wall_times"]) == 2 for r in interleaved for call in r["calls"])
 
 
+def test_each_cell_prices_its_steps_with_a_cost_model_of_its_own(tiny_dir, data_files, tmp_path, monkeypatch):
+    """Sharing the model's cost model, `auto`'s layer_skip verdicts became the `layer_skip` cell's priors:
+    each cell keeps one cost model for all its calls, as a server running that method would."""
+    import specdec
+
+    seen: dict[str, list] = {}
+    real = specdec.generate
+
+    def recorded(model, prompts, *, drafter, cost_model=None, **kwargs):
+        seen.setdefault(drafter.name, []).append(cost_model)
+        return real(model, prompts, drafter=drafter, cost_model=cost_model, **kwargs)
+
+    monkeypatch.setattr(specdec, "generate", recorded)
+    config = _config(tiny_dir, {"kind": "spec_bench", "path": str(data_files["spec"])}, ["anpd", "auto"],
+                     repeats=2)
+    _, records = run_sweep(config, tmp_path, show_progress=False)
+    assert all(record["status"] == "ok" for record in records), [r.get("error") for r in records]
+    assert {"anpd", "auto"} <= set(seen) and all(len(models) >= 4 for models in seen.values())
+    per_cell = [{id(m) for m in models} for models in seen.values()]  # (the sweep adds a `none` cell)
+    assert all(len(ids) == 1 for ids in per_cell) and len(set.union(*per_cell)) == len(seen)
+    assert None not in seen["anpd"]
+
+
 def test_a_sweep_over_some_categories_runs_only_them(tiny_dir, data_files, tmp_path):
     """`--categories` (a list in the dataset spec): the cells run, on those categories' prompts only."""
     config = _config(tiny_dir, {"kind": "spec_bench", "path": str(data_files["spec"]), "categories": ["qa"]},

@@ -13,6 +13,7 @@ import specdec
 from specdec.acceptance import RowAcceptance
 from specdec.controller import (
     CHEAP_DRAFT,
+    FREE_NODES,
     LEARN_EVERY,
     QUIET_SAMPLE,
     ControllerOptions,
@@ -194,6 +195,32 @@ def test_unverified_deeper_positions_are_not_held_down_by_a_pessimistic_prior():
     assert plan.budget[0] > 4
 
 
+def test_a_deeper_position_not_verified_lately_is_tried_again():
+    # Regression: a draft model whose second token failed twice early was then held at one token a step
+    # for 60 steps accepting every first token: the second position's counts never moved again.
+    row = RowAcceptance()
+    for _ in range(4):
+        row.observe([-1, 0], [True, False])
+    stale = row.conditional(1)
+    assert row.conditional(1, True, row.conditional(0)) < 0.5 * row.conditional(0)
+    for _ in range(30):
+        row.observe([-1], [True])
+    assert row.conditional(1) == pytest.approx(stale)  # the counts age, their ratio stays
+    parent = row.conditional(0)
+    assert row.conditional(1, True, parent) > 0.8 * parent  # explored: back to its parent's estimate
+    assert row.probs(2, explore=True)[1] > 0.8 * parent * parent
+    row.observe([-1, 0], [True, False])  # verified again and rejected: down again at once
+    assert row.conditional(1, True, parent) < 0.6 * parent
+    # In the controller (a costly drafter, its length planned before drafting): the row drafts two again.
+    ctl = controller(synthetic(draft=(0.0, 0.0, 0.0015)))
+    budgets = []
+    for _ in range(40):
+        plan, _ = step(ctl, [0], [list(range(1, 13))], [1])  # the first token accepted, the second never
+        budgets.append(plan.budget[0])
+    late = budgets[20:]
+    assert 1 <= sum(b >= 2 for b in late) <= len(late) // 3  # tried again now and then, not every step
+
+
 def test_low_acceptance_decodes_plainly_high_acceptance_drafts_long():
     ctl = controller(synthetic())
     for _ in range(20):
@@ -233,6 +260,26 @@ def test_a_costly_drafter_measured_at_one_length_is_not_taken_for_free():
     assert plan.free == [False] and plan.budget[0] < 12
 
 
+def test_a_drafter_cheap_only_at_the_length_it_was_asked_for_is_not_free():
+    # Regression: a draft model asked for one token a step (12% of a plain step) read as free, so it was asked
+    # for FREE_NODES tokens (one forward each), mostly rejected, until the cost model learnt again.
+    model = synthetic()
+    step_seconds = model.live.verify(1, 1)
+    fit = LinearFit(DRAFT_FEATURES)
+    for levels in (1, 2, 1, 2, 1, 1, 2, 1):
+        fit.update(draft_features(levels, levels, 1.0), step_seconds * 0.06 * (1 + levels))
+    model.live.drafters["d"] = fit
+    assert fit.mean() < CHEAP_DRAFT * step_seconds  # cheap as drafted so far
+    assert model.live.draft("d", FREE_NODES, FREE_NODES) > CHEAP_DRAFT * step_seconds
+    plan = controller(model).plan([0], [100], 64)
+    assert plan.free == [False] and plan.budget[0] < FREE_NODES
+    lookup = synthetic()
+    lookup.live.drafters["d"] = LinearFit(DRAFT_FEATURES)
+    for nodes in (1, 5, 3, 9, 2, 16):
+        lookup.live.drafters["d"].update(draft_features(nodes, nodes, 1.0), step_seconds * 0.02)
+    assert controller(lookup).plan([0], [100], 64).free == [True]
+
+
 def test_a_drafters_first_timing_is_learnt_at_once():
     """Timings are learnt in batches of LEARN_EVERY steps, but a drafter's first at once: an unmeasured
     drafter gets one free look, and a costly one is planned from the very next step."""
@@ -263,6 +310,19 @@ def test_quiet_rows_are_planned_plainly_and_learnt_from_one_step_in_a_few():
     assert sum(plan.quiet for plan in plans) >= steps - steps // 16
     learnt = model.live.overhead_samples[("d", False)] + len(ctl._unlearnt) // 2
     assert steps / QUIET_SAMPLE <= learnt <= steps / QUIET_SAMPLE + steps // 16
+
+
+def test_a_row_kept_off_a_free_drafter_with_prompt_slots_is_quiet():
+    # PPD costs nothing to draft but its look needs prompt slots in the forward, so it is never a free look;
+    # a row priced as plain from it takes the quiet path (it was priced every step: ~1% of each plain step).
+    ctl = controller(synthetic(), probe_after=1024, max_probe_interval=1024)
+    assert ctl._cheap_drafters() == frozenset({"d"})
+    row = ctl._row(0)
+    row.root_extras["d"], row.quiet = 3.0, 5
+    plan = ctl.plan([0], [100], 64)
+    assert plan.quiet and plan.choice == [None] and row.quiet == 4
+    row.root_extras["d"] = 0.0  # the same drafter without slots looks for free: never quiet
+    assert not ctl.plan([0], [100], 64).quiet
 
 
 def test_a_free_drafter_rests_after_looks_that_are_cut_not_after_finding_nothing():
