@@ -71,8 +71,8 @@ class RowAcceptance:
           Otherwise a position whose pooled prior is pessimistic is never drafted, so never corrected
           (layer_skip accepting 4 of 4 every step was held at 4 by a pooled 0.48 at the fifth node);
         * verified before: its counts plus STALE_WEIGHT pseudo-counts at the parent's value. Counts of
-          positions a step did not verify age (`observe`), so a position not verified lately returns to
-          its parent's estimate and is tried again: a draft model whose second token failed twice early
+          positions a step did not verify age (`observe(age=True)`), so a position not verified lately
+          returns to its parent's estimate and is tried again: a draft model whose second token failed twice early
           in a translation was then held at one token a step for 60 steps accepting every first token.
         A free drafter (anpd) proposes every position anyway and is cut by its scores; exploring there
         verified longer losing tails (mt_bench 0.91 of its constant rule instead of 0.96)."""
@@ -114,9 +114,12 @@ class RowAcceptance:
             out.append(c * (out[parent] if parent >= 0 else 1.0))
         return out
 
-    def observe(self, parents: Sequence[int], accepted: Sequence[bool]) -> None:
+    def observe(self, parents: Sequence[int], accepted: Sequence[bool], age: bool = False) -> None:
         """Verdict of one step over the verified nodes in position order: a node is a trial of its
-        position's conditional when its parent was accepted (or is the root)."""
+        position's conditional when its parent was accepted (or is the root). `age`: the counts of positions
+        the step did not verify age (drafters whose estimates are read with `explore`, see `conditional`);
+        not for a free drafter's, whose deep positions would then swing with each verdict (anpd, cut by
+        them, fell from 105% to 91% of its constant rule on mt_bench and summarization prompts)."""
         while len(self.trials) < len(accepted):  # the prior enters as pseudo-counts that decay too
             self.hits.append(self.weight * self._start(len(self.trials)))
             self.trials.append(self.weight)
@@ -125,7 +128,7 @@ class RowAcceptance:
                 continue
             self.hits[i] = self.decay * self.hits[i] + float(hit)
             self.trials[i] = self.decay * self.trials[i] + 1.0
-        for i in range(len(accepted), len(self.trials)):  # not verified this step: the counts age
+        for i in range(len(accepted), len(self.trials) if age else 0):  # not verified this step: they age
             if self.trials[i] > 1e-6:  # (their ratio stays; long rows must not age it to 0 / 0)
                 self.hits[i] *= self.decay
                 self.trials[i] *= self.decay

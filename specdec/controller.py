@@ -365,26 +365,30 @@ class GoodputController:
         # that always drafted the same length gives the fit no slope, and its one-node extrapolation can be
         # tiny (a 12-token draft_model draft costing 0.8 of a plain step read as free, so it drafted 12
         # tokens every step). Unmeasured drafters look once; that look measures them.
-        # Nor by its mean alone: a free look drafts FREE_NODES nodes, and a draft model asked for one token
-        # a step (1.2 ms against a 9.5 ms step) read as free, was asked for 16 (9 ms, mostly rejected) until
-        # the cost model learnt again, then cut back to one: translation prompts ran at 0.76 of its
-        # heuristic rule. The fit is read at the free look's size (a lookup's cost barely grows with it).
+        # Nor by its mean alone: a free look drafts FREE_NODES nodes or more, and a draft model asked for one
+        # token a step (1.2 ms against a 9.5 ms step) read as free, was asked for 16 (9 ms, mostly rejected),
+        # then priced again and cut back to one, and so on: translation prompts ran at 0.76 of its heuristic
+        # rule. So what its free looks cost counts too (`CostTable.look_cost`): after one, a draft model is
+        # never free again. (Reading the fit at 16 nodes instead misjudged anpd from its first few drafts:
+        # costly, so planned from its estimates and never drafting, which left the fit as it was.)
         # A sampled draft is cut only to a budget fixed before drafting (losslessness): never a free look.
         cheap = set()
         for name in self.order:
-            mean = self.table.draft_mean(name)
+            mean, look = self.table.draft_mean(name), self.table.look_cost(name)
             if not self.members[name].stochastic and (mean is None or (
-                    mean <= limit and self.table.draft(name, FREE_NODES, FREE_NODES) <= limit)):
+                    mean <= limit and (look is None or look <= limit))):
                 cheap.add(name)
         self._cheap = frozenset(cheap)
         return self._cheap
 
-    def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0) -> float:
+    def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0,
+                    catch_up_only: bool = False) -> float:
         """Steps to wait before probing a drafter, so that probes expected to lose cost at most
         `probe_share` of the time (PPD's probe takes two steps: its prompt slots, then its tree). A probe
         loses against what the row would do instead: a plain step, or (drafter="auto") another drafter's
         expected rate `instead` when that is higher: probing draft_model in a row where anpd's chains
-        commit three tokens a step costs those tokens, not a plain step's one."""
+        commit three tokens a step costs those tokens, not a plain step's one. `catch_up_only`: count only
+        what the drafter's catch-up adds (a plain row's first probe of a drafter, see `plan`)."""
         items, _, _, best_one = option
         table, packed = self.table, self.packed
         context = items.context
@@ -397,6 +401,9 @@ class GoodputController:
         if items.base:
             seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
         loss = seconds - (1.0 + sum(items.probs[:best_one])) / max(1.0 / plain, instead)
+        if catch_up_only:
+            loss = table.draft(items.member, best_one, best_one, items.lag, context) - table.draft(
+                items.member, best_one, best_one, 0.0, context)
         share = self.options.probe_share / len(self.order)
         return max(0.0, loss) / (share * plain)
 
@@ -494,7 +501,13 @@ class GoodputController:
                 # (its first node verified) costs next to nothing whatever the row does instead.
                 instead = 0.0 if name in cheap_names else max(
                     (o[2] for other, o in options.items() if other != name), default=0.0)
-                row.due[name] = max(row.interval[name], self._probe_wait(option, instead))
+                # A row that would decode plainly probes a drafter not yet verified in it after the usual
+                # first interval, paying only the probe's catch-up into the wait: its estimates are the
+                # pooled ones of earlier requests, which no verdict moves while rows stay plain. Priced by its
+                # whole loss, a layer_skip probe (~1.3 plain steps) waited 130 steps: after a translation
+                # prompt lowered the pooled estimate, every summarization and qa request decoded plainly.
+                first = pick is None and not row.estimates[name].trials
+                row.due[name] = max(row.interval[name], self._probe_wait(option, instead, catch_up_only=first))
             # A cheap pick is only a look: the cut may still verify none of it, so it can be due too.
             waiting = [n for n in options if (n != pick or n in cheap) and options[n][3] > 0
                        and row.since[n] >= row.due[n]]
@@ -882,9 +895,10 @@ class GoodputController:
             on_path = set(paths[b][: counts[b]])
             accepted = [node in on_path for node in cut.order[b]]
             up = cut.up[b] or [i - 1 for i in range(len(accepted))]
-            row.estimates[name].observe(up, accepted)
+            explored = name not in plan.cheap  # its estimates are read with explore (`_position_items`)
+            row.estimates[name].observe(up, accepted, age=explored)
             if self.live:
-                self.pooled[name].observe(up, accepted)
+                self.pooled[name].observe(up, accepted, age=explored)
             row.since[name] = 0
             if not plan.probe[b]:  # in use on its own merits: waits between probes start short again
                 row.interval[name] = self.options.probe_after
@@ -910,6 +924,11 @@ class GoodputController:
             if nodes > 0:
                 first = first or name not in self.table.drafters
                 unlearnt.append(("draft", (name, levels, nodes, seconds, plan.lags.get(name, 0.0), context)))
+                if any(looked == name for looked in plan.look) or any(
+                        chosen == name and free for chosen, free in zip(plan.choice, plan.free)):
+                    unlearnt.append(("look", (name, seconds)))
+                    # a look that cost more than a free one may: learn now, not after LEARN_EVERY steps
+                    first = first or seconds > CHEAP_DRAFT * self.table.verify(1, 1, self.packed)
         if timings.get("other") is not None:
             unlearnt.append(("overhead", (self.name, timings["other"], any(cut.order))))
         self._unlearnt_steps += 1
@@ -919,7 +938,8 @@ class GoodputController:
     def _learn(self) -> None:
         """The cost model learns the timings kept so far, in the order they were taken."""
         model = self.model_costs
-        learn = {"verify": model.observe_verify, "draft": model.observe_draft, "overhead": model.observe_overhead}
+        learn = {"verify": model.observe_verify, "draft": model.observe_draft, "overhead": model.observe_overhead,
+                 "look": model.observe_look}
         for kind, args in self._unlearnt:
             learn[kind](*args)
         self._unlearnt.clear()

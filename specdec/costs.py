@@ -54,6 +54,8 @@ REMEASURE_DRIFT = 2.0
 #: A drafter's cost is fitted on `draft_features`: [1, levels, nodes, lag, nodes * context / CONTEXT_UNIT].
 DRAFT_FEATURES = 5
 CONTEXT_UNIT = 1024.0
+#: Free looks (a drafter proposing all it can, `specdec.controller`) whose seconds are kept per drafter.
+LOOK_SAMPLES = 5
 
 
 def draft_features(levels: float, nodes: float, lag: float = 0.0, context: float | None = None) -> list[float]:
@@ -215,6 +217,7 @@ class CostTable:
     overhead_samples: dict[tuple[str, bool], int] = field(default_factory=dict)
     acceptance: dict[str, Any] = field(default_factory=dict)  # pooled acceptance per drafter (priors)
     extras: dict[str, tuple[float, float]] = field(default_factory=dict)  # extra slots (root, per node) per drafter
+    looks: dict[str, list[float]] = field(default_factory=dict)  # seconds of the drafter's last free looks
     # `verify_from`'s per-(packing, batch) terms; emptied by `changed()` whenever curves, scale or corrections move.
     _terms: dict[tuple[bool, int], list[_CurveTerms]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -320,6 +323,12 @@ class CostTable:
         before its first: what a step of it costs as it is used, without extrapolating the fit."""
         fit = self.drafters.get(name)
         return None if fit is None else fit.mean()
+
+    def look_cost(self, name: str) -> float | None:
+        """Median seconds of the drafter's last LOOK_SAMPLES free looks (None before any): what proposing
+        all it can costs, read without extrapolating the fit, and robust to one slow step."""
+        looks = self.looks.get(name)
+        return None if not looks else sorted(looks)[len(looks) // 2]
 
     def has_curves(self, packed: bool, batches: Iterable[int]) -> bool:
         return all((packed, bucket) in self.curves for b in batches for bucket in _buckets(b))
@@ -447,6 +456,12 @@ class CostModel:
             return
         fit = self.live.drafters.setdefault(name, LinearFit(DRAFT_FEATURES))
         fit.update(draft_features(levels, nodes, lag, context), seconds)
+
+    def observe_look(self, name: str, seconds: float) -> None:
+        """One free look of `name` (it proposed all it could): its seconds."""
+        looks = self.live.looks.setdefault(name, [])
+        looks.append(seconds)
+        del looks[:-LOOK_SAMPLES]
 
     def observe_overhead(self, drafter: str, seconds: float, drafted: bool = True) -> None:
         """One step's engine work outside draft and verify in a call of `drafter`; `drafted`: whether the
