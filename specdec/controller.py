@@ -506,7 +506,9 @@ class GoodputController:
                 # pooled ones of earlier requests, which no verdict moves while rows stay plain. Priced by its
                 # whole loss, a layer_skip probe (~1.3 plain steps) waited 130 steps: after a translation
                 # prompt lowered the pooled estimate, every summarization and qa request decoded plainly.
-                first = pick is None and not row.estimates[name].trials
+                # (Not for a drafter whose probe needs prompt slots: PPD's takes two steps, and probing it once
+                # a request took ppd from 0.99 to 0.97 of plain decoding where its trees never pay.)
+                first = pick is None and not row.estimates[name].trials and not option[0].base
                 row.due[name] = max(row.interval[name], self._probe_wait(option, instead, catch_up_only=first))
             # A cheap pick is only a look: the cut may still verify none of it, so it can be due too.
             waiting = [n for n in options if (n != pick or n in cheap) and options[n][3] > 0
