@@ -72,8 +72,9 @@ class RowAcceptance:
           (layer_skip accepting 4 of 4 every step was held at 4 by a pooled 0.48 at the fifth node);
         * verified before: its counts plus STALE_WEIGHT pseudo-counts at the parent's value. Counts of
           positions a step did not verify age (`observe(age=True)`), so a position not verified lately
-          returns to its parent's estimate and is tried again: a draft model whose second token failed twice early
-          in a translation was then held at one token a step for 60 steps accepting every first token.
+          returns to its parent's estimate and is tried again: a draft model whose second token failed
+          twice early in a translation was then held at one token a step for 60 steps accepting every
+          first token.
         A free drafter (anpd) proposes every position anyway and is cut by its scores; exploring there
         verified longer losing tails (mt_bench 0.91 of its constant rule instead of 0.96)."""
         if position < len(self.trials):

@@ -78,9 +78,10 @@ QUIET_SAMPLE = 4
 FRUITLESS_LOOKS = 4
 FIRST_REST = 4
 MAX_REST = 16
-#: Least budget of a free drafter's look (`_free_budget`): what a drafter must be able to draft at the
-#: CHEAP_DRAFT price to be free.
+#: Least budget of a free drafter's look (`_free_budget`).
 FREE_NODES = 16
+#: Most of a request's remaining time a plain row's first probe of a drafter may be expected to lose (`plan`).
+FIRST_PROBE_SHARE = 0.02
 
 
 class ControllerOptions(BaseModel):
@@ -354,9 +355,9 @@ class GoodputController:
 
     # -- before drafting -------------------------------------------------------------------------
     def _cheap_drafters(self) -> frozenset[str]:
-        """Drafters whose drafts cost almost nothing to make, even as long as a free look's (a lookup):
-        they propose all they can every step and the cut after drafting sees what they offer and decides (unless they add
-        inputs of their own to the forward, which a free look would pay for). Worked out again only
+        """Drafters whose drafts cost almost nothing to make, even as long as a free look's (a lookup): they
+        propose all they can every step and the cut after drafting sees what they offer and decides (unless
+        they add inputs of their own to the forward, which a free look would pay for). Worked out again only
         after the cost model has learnt (`_learn`)."""
         if self._cheap is not None:
             return self._cheap
@@ -381,14 +382,12 @@ class GoodputController:
         self._cheap = frozenset(cheap)
         return self._cheap
 
-    def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0,
-                    catch_up_only: bool = False) -> float:
+    def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0) -> float:
         """Steps to wait before probing a drafter, so that probes expected to lose cost at most
         `probe_share` of the time (PPD's probe takes two steps: its prompt slots, then its tree). A probe
         loses against what the row would do instead: a plain step, or (drafter="auto") another drafter's
         expected rate `instead` when that is higher: probing draft_model in a row where anpd's chains
-        commit three tokens a step costs those tokens, not a plain step's one. `catch_up_only`: count only
-        what the drafter's catch-up adds (a plain row's first probe of a drafter, see `plan`)."""
+        commit three tokens a step costs those tokens, not a plain step's one."""
         items, _, _, best_one = option
         table, packed = self.table, self.packed
         context = items.context
@@ -401,9 +400,6 @@ class GoodputController:
         if items.base:
             seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
         loss = seconds - (1.0 + sum(items.probs[:best_one])) / max(1.0 / plain, instead)
-        if catch_up_only:
-            loss = table.draft(items.member, best_one, best_one, items.lag, context) - table.draft(
-                items.member, best_one, best_one, 0.0, context)
         share = self.options.probe_share / len(self.order)
         return max(0.0, loss) / (share * plain)
 
@@ -501,15 +497,18 @@ class GoodputController:
                 # (its first node verified) costs next to nothing whatever the row does instead.
                 instead = 0.0 if name in cheap_names else max(
                     (o[2] for other, o in options.items() if other != name), default=0.0)
-                # A row that would decode plainly probes a drafter not yet verified in it after the usual
-                # first interval, paying only the probe's catch-up into the wait: its estimates are the
-                # pooled ones of earlier requests, which no verdict moves while rows stay plain. Priced by its
-                # whole loss, a layer_skip probe (~1.3 plain steps) waited 130 steps: after a translation
-                # prompt lowered the pooled estimate, every summarization and qa request decoded plainly.
-                # (Not for a drafter whose probe needs prompt slots: PPD's takes two steps, and probing it once
-                # a request took ppd from 0.99 to 0.97 of plain decoding where its trees never pay.)
-                first = pick is None and not row.estimates[name].trials and not option[0].base
-                row.due[name] = max(row.interval[name], self._probe_wait(option, instead, catch_up_only=first))
+                wait = self._probe_wait(option, instead)
+                # A row that would decode plainly probes a drafter not yet verified in it after the first
+                # interval when the probe's expected loss is under FIRST_PROBE_SHARE of the request's remaining
+                # time: its estimates are the pooled ones of earlier requests, which no verdict moves while
+                # rows stay plain. Held to the usual wait, a layer_skip probe (~1.3 plain steps) waited 130
+                # steps: after a translation prompt lowered the pooled estimate, every summarization and qa
+                # request decoded plainly. (Not for a drafter whose probe needs prompt slots: PPD's takes two
+                # steps, and probing it once a request took ppd from 0.99 to 0.97 of plain decoding.)
+                if pick is None and not row.estimates[name].trials and not option[0].base and (
+                        wait * self.options.probe_share / len(self.order) <= FIRST_PROBE_SHARE * depth):
+                    wait = 0.0
+                row.due[name] = max(row.interval[name], wait)
             # A cheap pick is only a look: the cut may still verify none of it, so it can be due too.
             waiting = [n for n in options if (n != pick or n in cheap) and options[n][3] > 0
                        and row.since[n] >= row.due[n]]

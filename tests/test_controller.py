@@ -392,7 +392,7 @@ def test_probes_wait_longer_for_a_drafter_that_must_catch_up_first():
         probes = 0
         for row, steps in ((0, 100), (1, 200)):  # row 0's failures make the drafter's prior hopeless
             for _ in range(steps):
-                plan = ctl.plan([row], [1000], 64, contexts=[10 if row == 0 else context])
+                plan = ctl.plan([row], [steps], 64, contexts=[10 if row == 0 else context])
                 draft, cut = ctl.cut(chain([list(range(1, 8))[: plan.budget[0]]]), plan, 0.0)
                 ctl.observe(plan, cut, verdict([0], draft.width), {})
                 probes += row == 1 and plan.probe[0]
