@@ -215,6 +215,7 @@ class GoodputController:
         self._unlearnt_steps = 0
         self._quiet_steps = 0
         self._cheap: frozenset[str] | None = None  # the free drafters, until the cost model learns again
+        self._free_limit = float("inf")  # most seconds a free drafter's draft may cost (set with `_cheap`)
         pooled = table.acceptance
         self.pooled: dict[str, RowAcceptance] = {}
         for name in self.order:
@@ -361,7 +362,7 @@ class GoodputController:
         after the cost model has learnt (`_learn`)."""
         if self._cheap is not None:
             return self._cheap
-        limit = CHEAP_DRAFT * self.table.verify(1, 1, self.packed)
+        limit = self._free_limit = CHEAP_DRAFT * self.table.verify(1, 1, self.packed)
         # Judged by what its drafts cost as drafted, not by the fit's guess at a one-node draft: a drafter
         # that always drafted the same length gives the fit no slope, and its one-node extrapolation can be
         # tiny (a 12-token draft_model draft costing 0.8 of a plain step read as free, so it drafted 12
@@ -381,6 +382,11 @@ class GoodputController:
                 cheap.add(name)
         self._cheap = frozenset(cheap)
         return self._cheap
+
+    def _free_lookers(self, row: _Row, cheap_names: frozenset[str]) -> list[str]:
+        """The free drafters that look in `row` every step: those whose look adds no inputs of its own (PPD's
+        prompt slots would be paid for by the look)."""
+        return [name for name in self.order if name in cheap_names and row.root_extras[name] == 0]
 
     def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0) -> float:
         """Steps to wait before probing a drafter, so that probes expected to lose cost at most
@@ -437,7 +443,7 @@ class GoodputController:
             look.append(None)
             look_budget.append(0)
             rate.append(0.0)
-            cheap = [n for n in self.order if n in cheap_names and row.root_extras[n] == 0 and cap > 0]
+            cheap = self._free_lookers(row, cheap_names) if cap > 0 else []
             resting = [n for n in cheap if row.rest.get(n, 0) > 0]
             for name in resting:
                 row.rest[name] -= 1
@@ -498,6 +504,7 @@ class GoodputController:
                 instead = 0.0 if name in cheap_names else max(
                     (o[2] for other, o in options.items() if other != name), default=0.0)
                 wait = self._probe_wait(option, instead)
+                lost = wait * self.options.probe_share / len(self.order)  # the probe's expected loss, in plain steps
                 # A row that would decode plainly probes a drafter not yet verified in it after the first
                 # interval when the probe's expected loss is under FIRST_PROBE_SHARE of the request's remaining
                 # time: its estimates are the pooled ones of earlier requests, which no verdict moves while
@@ -505,8 +512,8 @@ class GoodputController:
                 # steps: after a translation prompt lowered the pooled estimate, every summarization and qa
                 # request decoded plainly. (Not for a drafter whose probe needs prompt slots: PPD's takes two
                 # steps, and probing it once a request took ppd from 0.99 to 0.97 of plain decoding.)
-                if pick is None and not row.estimates[name].trials and not option[0].base and (
-                        wait * self.options.probe_share / len(self.order) <= FIRST_PROBE_SHARE * depth):
+                if (pick is None and not row.estimates[name].trials and not option[0].base
+                        and lost <= FIRST_PROBE_SHARE * depth):
                     wait = 0.0
                 row.due[name] = max(row.interval[name], wait)
             # A cheap pick is only a look: the cut may still verify none of it, so it can be due too.
@@ -614,10 +621,9 @@ class GoodputController:
         to look with): a plain step for all, in a few microseconds. On a 1 ms step the full pricing loop's
         ~15 us cost 1.5% of every plain step of a drafter the controller keeps off. None otherwise."""
         rows = [self.rows.get(row_id) for row_id in row_ids]
-        # A free drafter looks in a row unless its look needs extra inputs (PPD's prompt slots): then the row
-        # is priced like any other, and PPD kept off by the cost of its trees is quiet too.
+        # (A row kept off PPD, free to draft but not to look, is quiet too.)
         if not all(row is not None and row.quiet > 0 and row.pending is None
-                   and not any(row.root_extras[name] == 0 for name in cheap_names) for row in rows):
+                   and not self._free_lookers(row, cheap_names) for row in rows):
             return None
         for row in rows:
             row.quiet -= 1
@@ -929,7 +935,7 @@ class GoodputController:
                         chosen == name and free for chosen, free in zip(plan.choice, plan.free)):
                     unlearnt.append(("look", (name, seconds)))
                     # a look that cost more than a free one may: learn now, not after LEARN_EVERY steps
-                    first = first or seconds > CHEAP_DRAFT * self.table.verify(1, 1, self.packed)
+                    first = first or seconds > self._free_limit
         if timings.get("other") is not None:
             unlearnt.append(("overhead", (self.name, timings["other"], any(cut.order))))
         self._unlearnt_steps += 1
@@ -1001,8 +1007,9 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool, 
     sooner, saving what a whole step costs beyond its rows. When several rows are tied for last (within a
     step) the end moves only if all of them advance: a row's token is credited that saving times the chance
     that the others' drafts advance them too (the product of their first nodes' acceptance, `accept`), over
-    the number tied, so that all of them drafting adds up to the saving times the chance that all advance. A plain step is worth its cost
-    (`step`), so a draft is verified where the seconds it is expected to save exceed the seconds it adds."""
+    the number tied, so that all of them drafting adds up to the saving times the chance that all advance.
+    A plain step is worth its cost (`step`), so a draft is verified where the seconds it is expected to save
+    exceed the seconds it adds."""
     count = len(remaining)
     if waiting or count <= 1:
         return [1.0] * count, None
