@@ -218,6 +218,9 @@ class CostTable:
     acceptance: dict[str, Any] = field(default_factory=dict)  # pooled acceptance per drafter (priors)
     extras: dict[str, tuple[float, float]] = field(default_factory=dict)  # extra slots (root, per node) per drafter
     looks: dict[str, list[float]] = field(default_factory=dict)  # seconds of the drafter's last free looks
+    # A drafter's one-off work when first asked to draft a row (`Drafter.prepare`: a draft model's prefill):
+    # seconds ~ [1, tokens fed / CONTEXT_UNIT] (a fixed part, ~1 ms for a small draft on this CPU, and per token).
+    prepares: dict[str, LinearFit] = field(default_factory=dict)
     # `verify_from`'s per-(packing, batch) terms; emptied by `changed()` whenever curves, scale or corrections move.
     _terms: dict[tuple[bool, int], list[_CurveTerms]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -329,6 +332,12 @@ class CostTable:
         all it can costs, read without extrapolating the fit, and robust to one slow step."""
         looks = self.looks.get(name)
         return None if not looks else sorted(looks)[len(looks) // 2]
+
+    def prepare(self, name: str, tokens: float) -> float:
+        """Seconds of the drafter's one-off work before it first drafts a row holding `tokens` tokens (0 before
+        it was seen: a drafter without such work, or one not measured yet)."""
+        fit = self.prepares.get(name)
+        return 0.0 if fit is None else fit.predict((1.0, tokens / CONTEXT_UNIT))
 
     def has_curves(self, packed: bool, batches: Iterable[int]) -> bool:
         return all((packed, bucket) in self.curves for b in batches for bucket in _buckets(b))
@@ -462,6 +471,11 @@ class CostModel:
         looks = self.live.looks.setdefault(name, [])
         looks.append(seconds)
         del looks[:-LOOK_SAMPLES]
+
+    def observe_prepare(self, name: str, tokens: float, seconds: float) -> None:
+        """One step's `Drafter.prepare` of `name` for rows first asked to draft, holding `tokens` tokens."""
+        fit = self.live.prepares.setdefault(name, LinearFit(2))
+        fit.update([1.0, tokens / CONTEXT_UNIT], seconds)
 
     def observe_overhead(self, drafter: str, seconds: float, drafted: bool = True) -> None:
         """One step's engine work outside draft and verify in a call of `drafter`; `drafted`: whether the

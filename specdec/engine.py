@@ -176,6 +176,7 @@ class SpeculativeEngine:
             prompts=[list(p) for p in prompts], max_new_tokens=config.max_new_tokens,
             vocab_size=self.vocab_size, device=self.device, max_draft_nodes=config.max_draft_nodes,
             rows=list(active), goodput=config.controller is not None and self.drafter.controlled(),
+            eos_token_ids=config.eos_token_ids,
         )
         stats.prefill_time = time.perf_counter() - started
         controller = None
@@ -313,7 +314,7 @@ class SpeculativeEngine:
         if controller is not None:
             plan = controller.plan(state.row_ids, state.max_depth.tolist(), self.config.max_draft_nodes, waiting,
                                    target.lengths.tolist())
-            state.draft_budget = torch.tensor(plan.budget, dtype=torch.long)
+            state.draft_budget = plan.budget_tensor()
             state.draft_choice = list(plan.choice)
         if plan is not None and plan.plain:
             # The controller decodes every row plainly: the drafter is not asked (on a 2 ms step its
@@ -420,7 +421,8 @@ class SpeculativeEngine:
             controller.observe(plan, cut, verdict, {
                 "verify": (c3 - c1) if self.device.type == "cuda" else (c2 - c1),
                 "other": (c3 - c2) + (c4 - c3) + (c_plan - c0 - prepared_clock) + (c1 - c_proposed),
-                "draft": drafting, "draft_by_member": self._draft_costs(draft_before_cut, drafting)})
+                "draft": drafting, "draft_by_member": {} if plan.plain else self._draft_costs(draft_before_cut, drafting),
+                "prepare": prepared_clock if self._prepares else None})
             if finished:
                 controller.forget([row for row in state.row_ids if row not in finished])
             stats.other_time += time.perf_counter() - t4  # the controller's own learning

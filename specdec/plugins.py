@@ -48,6 +48,9 @@ class GenerationContext:
     # is then set every step); a drafter whose schedule is "goodput" falls back to its previous default
     # rule when it does not (generate(controller=False)).
     goodput: bool = False
+    # Ids that end a row (the call's eos ids). Nothing drafted past one can be committed, so a chain
+    # drafter stops a row's draft after drafting one; a drafter may ignore this (it only saves time).
+    eos_token_ids: frozenset[int] = frozenset()
 
     @property
     def first_rows(self) -> list[int]:

@@ -402,6 +402,61 @@ def test_probes_wait_longer_for_a_drafter_that_must_catch_up_first():
     assert probes_of_a_new_row(2000) < short and short >= 2
 
 
+def test_a_new_rows_probe_pays_the_drafters_prepare_and_learns_what_it_costs():
+    # A draft model prefills a row's prompt in `prepare` before it first drafts the row (timed apart from its
+    # drafts): behind a 1000-token document that cost ~30 plain steps of a small target, which the first
+    # probe of every request paid while the draft never drafted otherwise.
+    def first_probe(prepares: list[tuple[int, float]], context: int) -> int | None:
+        model = synthetic(draft=(0.0, 0.0, 0.002))
+        model.live.acceptance["d"] = RowAcceptance(prior=[0.1, 0.5], weight=50.0)  # the pooled prior: no pay
+        for tokens, seconds in prepares:
+            model.observe_prepare("d", tokens, seconds)
+        ctl = controller(model)
+        for index in range(100):
+            plan = ctl.plan([0], [100 - index], 64, contexts=[context + index])
+            draft, cut = ctl.cut(chain([list(range(1, 9))[: plan.budget[0]]]), plan, 0.0)
+            ctl.observe(plan, cut, verdict([0], draft.width), {})
+            if plan.probe[0]:
+                return index
+        return None
+
+    early = ControllerOptions().probe_after + 1
+    assert first_probe([], 1000) <= early  # its prepare not measured yet: probed early, as before
+    per_token = [(1000, 0.03), (100, 0.003)]  # 30 us a token: 30 ms behind 1000 tokens, 3 plain steps
+    assert first_probe(per_token, 10) <= early
+    late = first_probe(per_token, 1000)
+    assert late is None or late > 50
+
+    # Learnt from the engine's timing of the step that first drafts a row (the rows' tokens), and only then:
+    model = synthetic(draft=(0.0, 0.0, 0.002))
+    ctl = controller(model)
+    timings = {"verify": 0.014, "other": 0.0005, "draft_by_member": {"d": (4, 4, 0.008)}, "prepare": 0.012}
+    for _ in range(2):
+        plan = ctl.plan([0], [100], 64, contexts=[400])
+        draft, cut = ctl.cut(chain([[1, 2, 3, 4][: plan.budget[0]]]), plan, 0.0)
+        ctl.observe(plan, cut, verdict(draft.num_nodes.tolist(), draft.width), timings)
+    ctl.finish()
+    assert plan.budget[0] > 0 and plan.prepares == {}  # the second step: the row is prepared
+    assert model.live.prepare("d", 400) == pytest.approx(0.012, rel=0.05)
+    model.observe_prepare("d", 40, 0.003)  # a fixed part and a part per token
+    assert model.live.prepare("d", 40) == pytest.approx(0.003, rel=0.2)
+    assert model.live.prepare("d", 4000) > model.live.prepare("d", 400) > model.live.prepare("d", 40)
+
+
+def test_a_drafter_whose_prepare_outweighs_what_it_saves_in_the_tokens_left_is_not_started():
+    # The prefill of a draft model behind a long prompt pays back over many tokens, not over a few.
+    def first_choice(depth: int, prepare: bool) -> str | None:
+        model = synthetic(draft=(0.0, 0.0, 0.001))  # 1 ms a drafted node: the default prior says it pays
+        if prepare:
+            model.observe_prepare("d", 1000, 0.2)  # 200 ms behind 1000 tokens: 20 plain steps
+            model.observe_prepare("d", 100, 0.02)
+        return controller(model).plan([0], [depth], 64, contexts=[1000]).choice[0]
+
+    assert first_choice(10, prepare=False) == "d"
+    assert first_choice(10, prepare=True) is None
+    assert first_choice(1000, prepare=True) == "d"
+
+
 def test_a_costly_drafter_is_probed_less_where_another_drafter_commits_more():
     # drafter="auto": a probe takes the row from its best drafter for a step, so it costs what that drafter
     # would have committed. Probing a hopeless drafter beside one whose chains are all accepted must wait

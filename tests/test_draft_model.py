@@ -134,6 +134,19 @@ def test_confidence_exit(target):
     assert always.stats.drafted_per_step[:3] == [4, 4, 4]
 
 
+def test_a_chain_ends_at_a_drafted_eos(target, expected):
+    """Nothing drafted past an eos can be committed: a perfect 8-token draft of a text ending at its
+    10th token drafts 8 + 1 tokens, not 16."""
+    reference = expected[1]
+    eos = next(t for i, t in enumerate(reference) if i >= 9 and t not in reference[:i])
+    end = reference.index(eos) + 1
+    out = specdec.generate(target, PROMPTS[1], drafter="draft_model", drafter_options=dict(model=target, k=8),
+                           verifier="exact", max_new_tokens=NEW, eos_token_id=eos, controller=False)
+    assert out.sequences[0] == reference[:end]
+    assert out.stats.acceptance_rate == 1.0
+    assert out.stats.drafted_tokens <= end
+
+
 def test_adaptive_threshold_update_rule():
     exit_rule = ConfidenceExit(0.6, adaptive=True, target_acceptance=0.8, step=0.01, rate_smoothing=0.5,
                                threshold_smoothing=0.9)

@@ -65,6 +65,22 @@ def test_skipping_nothing_is_a_perfect_draft(arch: str) -> None:
         assert got == hf_greedy(model, prompt, 20)
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_a_chain_ends_at_a_drafted_eos(arch: str) -> None:
+    """Nothing drafted past an eos can be committed, so the chain stops there: with a perfect draft of
+    8 tokens a step, a text ending at its 11th token drafts 8 + 2 tokens, not 16."""
+    model = tiny_model(arch, layers=2)
+    prompt = [9, 8, 7, 6, 5]
+    reference = hf_greedy(model, prompt, 20)
+    eos = next(t for i, t in enumerate(reference) if i >= 9 and t not in reference[:i])
+    end = reference.index(eos) + 1
+    out = specdec.generate(model, prompt, drafter=_drafter({}, max_draft=8, adaptive=False, draft_weights="model"),
+                           verifier="exact", max_new_tokens=20, eos_token_id=eos, controller=False)
+    assert out.sequences[0] == reference[:end]
+    assert out.stats.acceptance_rate == 1.0
+    assert out.stats.drafted_tokens <= end  # without the stop: 8 more than the text's last step needs
+
+
 class _CacheWatchingDrafter(LayerSkipDrafter):
     """Snapshots the committed part of every row's KV before and after each propose."""
 

@@ -83,6 +83,7 @@ class LayerSkipDrafter(Drafter):
         self.head_tokens: torch.Tensor | None = None  # token id of each reduced-head column; None = full
         self._vocab_size = 0
         self._rows: dict[int, ConfidenceExit] = {}
+        self._eos = torch.zeros(0, dtype=torch.long)  # a row's chain ends at one of these (see setup)
         self._gamma = self.options.gamma0  # carried across generate calls when carry_gamma
         self.goodput = False  # the controller cuts this call's drafts (see setup)
         self.draft_forwards = 0  # scratch forwards run, for cost accounting (search, benchmarks)
@@ -144,6 +145,7 @@ class LayerSkipDrafter(Drafter):
         self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.skip_set = skip
         self._rows = {}
+        self._eos = torch.tensor(sorted(context.eos_token_ids), dtype=torch.long)
         # Under the controller the confidence exit (which aims at an acceptance rate, not at speed) is
         # off: the budget sets the length and the confidences become scores the cut reads.
         self.goodput = self.options.schedule == "goodput" and context.goodput
@@ -189,7 +191,7 @@ class LayerSkipDrafter(Drafter):
                 q_rows.append(self._full_vocab(q))
             tokens[:, depth] = chosen if self.head_tokens is None else self.head_tokens[chosen]
             lengths += growing.long()
-            growing = growing & (depth + 1 < limits)
+            growing = growing & (depth + 1 < limits) & ~torch.isin(tokens[:, depth], self._eos)  # nothing past eos commits
             if adaptive or scores is not None:
                 # confidence = raw (temperature-1) probability of the drafted token, as in the paper's code
                 confidence = logits.softmax(dim=-1).gather(1, chosen[:, None]).squeeze(1)
