@@ -19,7 +19,9 @@ Twice per step:
   seeing it is free. A row whose best option is no draft decodes plainly; its drafter is probed again
   later, the wait doubling while probes fail and never shorter than what keeps probes' expected loss
   under `probe_share` of the row's time (the loss against what the row does instead: a plain step, or
-  with drafter="auto" its best other drafter);
+  with drafter="auto" its best other drafter). A drafter's one-off `prepare` in a row (a draft model's
+  prefill) is priced into its probe there, and into its first pick spread over the row's tokens left.
+  Rows that all stay plain form a quiet run: one plan and cut serve its steps, observed at its end;
 * `cut`, after drafting: a deterministic draft (q None) is cut to its best prefix in best-first order
   (scores when given, else node order; a prefix of that order is a connected subtree; extra slots
   follow their nodes). A sampled draft (q given) is only cut to the budget fixed before drafting, by node
@@ -453,17 +455,7 @@ class GoodputController:
         (tokens are then weighted alike; otherwise see `row_weights`; live batches only); `contexts`:
         tokens in each row's cache (a row's own length, so frozen decisions still depend on its history
         alone)."""
-        run = self._run
-        if run is not None and run.left > 0 and run.row_ids == row_ids:
-            cheap = self._cheap_drafters()  # (learning may change who looks for free)
-            if cheap and any(self._free_lookers(row, cheap) for row in run.rows):
-                run.left = 0
-        if run is not None and run.left > 0 and run.row_ids == row_ids:
-            run.left -= 1
-            reasons = self.counts["plain_reasons"]
-            for row in run.rows:
-                row.quiet -= 1
-                reasons[row.quiet_reason] += 1
+        if self._run_goes_on(row_ids):
             return self._quiet[0]  # type: ignore[return-value]
         self._settle()
         self._current_ids = list(row_ids)
@@ -700,6 +692,22 @@ class GoodputController:
             self._quiet = (plan, cut)
         plan.contexts[:] = [c for c in contexts if c is not None]
         return plan
+
+    def _run_goes_on(self, row_ids: Sequence[int]) -> bool:
+        """Whether this step is one more of the quiet run (the same rows, none due to be priced, none with a
+        free drafter to look with since the cost model last learnt); if so, counted as such."""
+        run = self._run
+        if run is None or run.left <= 0 or run.row_ids != row_ids:
+            return False
+        cheap = self._cheap_drafters()
+        if cheap and any(self._free_lookers(row, cheap) for row in run.rows):
+            return False
+        run.left -= 1
+        reasons = self.counts["plain_reasons"]
+        for row in run.rows:
+            row.quiet -= 1
+            reasons[row.quiet_reason] += 1
+        return True
 
     def _settle(self) -> None:
         """End the quiet run, if any: the plain steps it observed go to its rows."""

@@ -348,6 +348,27 @@ def test_quiet_rows_are_planned_plainly_and_learnt_from_one_step_in_a_few():
     assert steps / QUIET_SAMPLE <= learnt <= steps / QUIET_SAMPLE + steps // 16
 
 
+def test_a_quiet_run_is_observed_as_its_steps_one_by_one():
+    # Quiet steps of the same rows are planned without checks and observed at the run's end (`_settle`):
+    # what the rows and the stats hold afterwards is what step-by-step observation gave.
+    model = synthetic(draft=(0.02, 0.0, 0.002))  # a costly drafter: 20 ms a draft against a 10 ms step
+    ctl = controller(model, probe_after=1024, max_probe_interval=1024)
+    steps = 100
+    plans = []
+    for index in range(steps):
+        plan = ctl.plan([0], [steps - index], 64, contexts=[50 + index])
+        draft, cut = ctl.cut(Draft.empty(1), plan, 0.0)
+        ctl.observe(plan, cut, verdict([0], 0), {"verify": 0.010, "other": 0.0005})
+        plans.append(plan)
+    assert all(plan.choice == [None] for plan in plans) and sum(plan.quiet for plan in plans) >= steps - 4
+    stats = ctl.stats()
+    assert stats["row_steps"] == stats["plain_row_steps"] == steps
+    assert sum(stats["plain_reasons"].values()) == steps
+    row = ctl.rows[0]
+    assert row.since["d"] == steps and row.lag["d"] == 50 + steps
+    assert row.pace == pytest.approx(1.0)
+
+
 def test_a_row_kept_off_a_free_drafter_with_prompt_slots_is_quiet():
     # PPD costs nothing to draft but its look needs prompt slots in the forward, so it is never a free look;
     # a row priced as plain from it takes the quiet path (it was priced every step: ~1% of each plain step).
