@@ -84,14 +84,20 @@ def save_ranking_file(model_dir: str | Path, ranking: list[int], draft_vocab: in
     return path
 
 
-def read_ranking_file(model: Any) -> dict[str, Any] | None:
-    """The `token_ranking.json` beside `model`'s weights (its `name_or_path` folder), if any and if it
-    fits the model's output vocabulary; a file that does not fit is an error, not ignored."""
+def ranking_file_path(model: Any) -> Path | None:
+    """The `token_ranking.json` beside `model`'s weights (its `name_or_path` folder), if there is one."""
     source = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", None)
     if not source:
         return None
     path = Path(str(source)) / RANKING_FILE
-    if not path.is_file():
+    return path if path.is_file() else None
+
+
+def read_ranking_file(model: Any) -> dict[str, Any] | None:
+    """The `token_ranking.json` beside `model`'s weights (its `name_or_path` folder), if any and if it
+    fits the model's output vocabulary; a file that does not fit is an error, not ignored."""
+    path = ranking_file_path(model)
+    if path is None:
         return None
     data = json.loads(path.read_text())
     vocab = int(model.get_output_embeddings().weight.shape[0])

@@ -337,7 +337,7 @@ class CostTable:
         """Seconds of the drafter's one-off work before it first drafts a row holding `tokens` tokens (0 before
         it was seen: a drafter without such work, or one not measured yet)."""
         fit = self.prepares.get(name)
-        return 0.0 if fit is None else fit.predict((1.0, tokens / CONTEXT_UNIT))
+        return 0.0 if fit is None or tokens <= 0 else fit.predict((1.0, tokens / CONTEXT_UNIT))
 
     def has_curves(self, packed: bool, batches: Iterable[int]) -> bool:
         return all((packed, bucket) in self.curves for b in batches for bucket in _buckets(b))

@@ -462,6 +462,7 @@ def test_a_new_rows_probe_pays_the_drafters_prepare_and_learns_what_it_costs():
     model.observe_prepare("d", 40, 0.003)  # a fixed part and a part per token
     assert model.live.prepare("d", 40) == pytest.approx(0.003, rel=0.2)
     assert model.live.prepare("d", 4000) > model.live.prepare("d", 400) > model.live.prepare("d", 40)
+    assert model.live.prepare("d", 0) == 0.0  # a prepared row: nothing to feed, nothing to pay (not the fixed part)
 
 
 def test_a_drafter_whose_prepare_outweighs_what_it_saves_in_the_tokens_left_is_not_started():
