@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import os
 import weakref
 
 import pytest
@@ -444,6 +445,23 @@ def test_ranking_file_beside_the_draft_sets_the_default_vocab(tmp_path, target, 
         assert out.stats.drafter_stats["draft_head_tokens"] == size
         if size is not None:
             assert drafter.proposed <= set(ranking[:size])
+
+
+def test_a_kept_drafter_reads_the_ranking_file_again_when_it_changes(tmp_path, target, expected, close_draft):
+    from specdec.drafters.token_ranking import RANKING_FILE, save_ranking_file
+
+    draft = _saved_draft(tmp_path, close_draft)
+    ranking = KEPT + [t for t in range(VOCAB) if t not in KEPT]
+    save_ranking_file(tmp_path, ranking, len(KEPT), "test")
+    drafter = DraftModelDrafter(DraftModelDrafter.Options(model=draft))
+    for _ in range(2):
+        out = specdec.generate(target, PROMPTS, drafter=drafter, verifier="exact", max_new_tokens=NEW)
+        assert out.stats.drafter_stats["draft_head_tokens"] == len(KEPT)
+    save_ranking_file(tmp_path, ranking, 8, "test")
+    stamp = (tmp_path / RANKING_FILE).stat().st_mtime_ns
+    os.utime(tmp_path / RANKING_FILE, ns=(stamp + 10**9, stamp + 10**9))  # a later write
+    out = specdec.generate(target, PROMPTS, drafter=drafter, verifier="exact", max_new_tokens=NEW)
+    assert out.stats.drafter_stats["draft_head_tokens"] == 8 and out.sequences == expected
 
 
 def test_draft_vocab_errors(tmp_path, target, close_draft):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -303,6 +304,27 @@ def test_skip_set_shipped_beside_the_model_is_the_default(tmp_path) -> None:
     drafter = LayerSkipDrafter()
     out = specdec.generate(loaded, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=6)
     assert drafter.skip_set == SkipSet(attention=(1,), mlp=(1,))
+    assert out.sequences[0] == hf_greedy(loaded, [1, 2, 3], 6)
+
+
+def test_a_kept_drafter_reads_the_skip_set_again_when_its_file_changes(tmp_path) -> None:
+    # The skip-set file is read once per model (it carries a token ranking: ~1.5 ms a call to parse), and
+    # again when it changes, e.g. after `specdec search-layers` wrote a better one.
+    model = tiny_model("llama", layers=2)
+    model.save_pretrained(tmp_path / "model")
+    loaded = type(model).from_pretrained(tmp_path / "model").eval()
+    loaded.generation_config.eos_token_id = None
+    path = tmp_path / "model" / "layer_skip.json"
+    save_skip_set(path, SkipSet(attention=(1,), mlp=(1,)), loaded)
+    drafter = LayerSkipDrafter()
+    for _ in range(2):
+        specdec.generate(loaded, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=4)
+        assert drafter.skip_set == SkipSet(attention=(1,), mlp=(1,))
+    save_skip_set(path, SkipSet(attention=(0,), mlp=()), loaded)
+    stamp = path.stat().st_mtime_ns
+    os.utime(path, ns=(stamp + 10**9, stamp + 10**9))  # a later write, whatever the clock's resolution
+    out = specdec.generate(loaded, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=6)
+    assert drafter.skip_set == SkipSet(attention=(0,), mlp=())
     assert out.sequences[0] == hf_greedy(loaded, [1, 2, 3], 6)
 
 
