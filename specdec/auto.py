@@ -74,6 +74,7 @@ class AutoDrafter(Drafter):
         self.unusable: dict[str, str] = {}
         self.scored: dict[str, bool] = {}
         self.last_draft_seconds: dict[str, tuple[int, int, float]] = {}
+        self.last_prepare_seconds: dict[str, float] = {}  # per member, this step's `prepare` (wall seconds)
 
     @property
     def provides_q(self) -> bool:  # type: ignore[override]
@@ -140,13 +141,18 @@ class AutoDrafter(Drafter):
         return self.merge([drafts.get(name) if name is not None else None for name in choice], batch)
 
     def prepare(self, state: DecodeState) -> None:
-        """Each member chosen for some row this step prepares (with its own rows' budgets)."""
+        """Each member chosen for some row this step prepares (with its own rows' budgets); the seconds each
+        took are in `last_prepare_seconds` (a draft model's prefill and a lookup table differ a hundredfold:
+        the controller prices each member's from its own)."""
         choice = state.draft_choice or [next(iter(self.members))] * state.batch_size
         budget = state.draft_budget.tolist() if state.draft_budget is not None else [1 << 30] * state.batch_size
+        self.last_prepare_seconds = {}
         for name, member in self.members.items():
             part = _member_state(state, name, choice, budget)
             if part is not None:
+                started = time.perf_counter()
                 member.prepare(part[0])
+                self.last_prepare_seconds[name] = time.perf_counter() - started
 
     def propose_members(self, state: DecodeState, choice: list[str | None], budget: list[int],
                         clock: Callable[[], float] = time.perf_counter) -> dict[str, Draft]:

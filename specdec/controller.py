@@ -1031,11 +1031,11 @@ class GoodputController:
                     unlearnt.append(("look", (name, seconds)))
                     # a look that cost more than a free one may: learn now, not after LEARN_EVERY steps
                     first = first or seconds > self._free_limit
-        fed = sum(plan.prepares.values())
-        if fed > 0 and timings.get("prepare") is not None:  # (None: no prepare hook) shared in proportion to tokens
-            for name, tokens in plan.prepares.items():
+        prepared = timings.get("prepare_by_member") or {}  # (None: no prepare hook)
+        for name, tokens in plan.prepares.items():
+            if tokens > 0 and name in prepared:  # (a look of auto's free member prepares inside its propose)
                 first = first or name not in self.table.prepares
-                unlearnt.append(("prepare", (name, tokens, timings["prepare"] * tokens / fed)))
+                unlearnt.append(("prepare", (name, tokens, prepared[name])))
         if timings.get("other") is not None:
             unlearnt.append(("overhead", (self.name, timings["other"], any(cut.order))))
         self._unlearnt_steps += 1

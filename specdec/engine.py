@@ -422,7 +422,7 @@ class SpeculativeEngine:
                 "verify": (c3 - c1) if self.device.type == "cuda" else (c2 - c1),
                 "other": (c3 - c2) + (c4 - c3) + (c_plan - c0 - prepared_clock) + (c1 - c_proposed),
                 "draft": drafting, "draft_by_member": {} if plan.plain else self._draft_costs(draft_before_cut, drafting),
-                "prepare": prepared_clock if self._prepares else None})
+                "prepare_by_member": None if plan.plain else self._prepare_costs(prepared_clock)})
             if finished:
                 controller.forget([row for row in state.row_ids if row not in finished])
             stats.other_time += time.perf_counter() - t4  # the controller's own learning
@@ -438,6 +438,17 @@ class SpeculativeEngine:
         self._drafter_call("prepare", self.drafter.prepare, state)
         stats.setup_cpu_time += time.process_time() - cpu
         return time.perf_counter() - wall, (clock() - started) if clock else 0.0
+
+    def _prepare_costs(self, seconds: float) -> dict[str, float] | None:
+        """Seconds of each drafter's `prepare` this step (None: the drafter has no such hook): a drafter
+        that combines members (auto) says what each took, and the step's `seconds` are shared that way."""
+        if not self._prepares:
+            return None
+        per_member = getattr(self.drafter, "last_prepare_seconds", None)
+        if not isinstance(per_member, dict):
+            return {self.drafter.name: seconds}
+        total = sum(per_member.values())
+        return {name: seconds * spent / total if total > 0 else 0.0 for name, spent in per_member.items()}
 
     def _draft_costs(self, draft: Draft, seconds: float) -> dict[str, tuple[int, int, float]]:
         """(levels, nodes, seconds) of each drafter's propose this step, for its cost fit."""

@@ -451,7 +451,7 @@ def test_a_new_rows_probe_pays_the_drafters_prepare_and_learns_what_it_costs():
     # Learnt from the engine's timing of the step that first drafts a row (the rows' tokens), and only then:
     model = synthetic(draft=(0.0, 0.0, 0.002))
     ctl = controller(model)
-    timings = {"verify": 0.014, "other": 0.0005, "draft_by_member": {"d": (4, 4, 0.008)}, "prepare": 0.012}
+    timings = {"verify": 0.014, "other": 0.0005, "draft_by_member": {"d": (4, 4, 0.008)}, "prepare_by_member": {"d": 0.012}}
     for _ in range(2):
         plan = ctl.plan([0], [100], 64, contexts=[400])
         draft, cut = ctl.cut(chain([[1, 2, 3, 4][: plan.budget[0]]]), plan, 0.0)
@@ -463,6 +463,32 @@ def test_a_new_rows_probe_pays_the_drafters_prepare_and_learns_what_it_costs():
     assert model.live.prepare("d", 40) == pytest.approx(0.003, rel=0.2)
     assert model.live.prepare("d", 4000) > model.live.prepare("d", 400) > model.live.prepare("d", 40)
     assert model.live.prepare("d", 0) == 0.0  # a prepared row: nothing to feed, nothing to pay (not the fixed part)
+
+
+def test_each_members_prepare_is_learnt_from_its_own_seconds():
+    # With drafter="auto" one step may prepare a draft model (a prefill) and a lookup (a table) at once:
+    # shared by tokens, the lookup was priced at half a prefill and never started again.
+    from types import SimpleNamespace
+
+    from specdec.engine import SpeculativeEngine
+
+    auto = SimpleNamespace(name="auto", last_prepare_seconds={"d": 0.03, "e": 0.0003})
+    engine = SimpleNamespace(_prepares=True, drafter=auto)
+    shares = SpeculativeEngine._prepare_costs(engine, 0.0101)  # the step's prepare by the controller's clock
+    assert shares == {"d": pytest.approx(0.01), "e": pytest.approx(0.0001)}
+    single = SimpleNamespace(_prepares=True, drafter=SimpleNamespace(name="d"))
+    assert SpeculativeEngine._prepare_costs(single, 0.01) == {"d": 0.01}
+    assert SpeculativeEngine._prepare_costs(SimpleNamespace(_prepares=False, drafter=auto), 0.01) is None
+
+    model = synthetic()
+    ctl = controller(model, members=(Member("d", False), Member("e", False)))
+    plan = ctl.plan([0], [100], 64, contexts=[500])
+    plan.prepares = {"d": 500.0, "e": 500.0}
+    _, cut = ctl.cut(Draft.empty(1), plan, 0.0)
+    ctl._record(plan, cut, {"prepare_by_member": shares})
+    ctl._learn()
+    assert model.live.prepare("d", 500) == pytest.approx(0.01, rel=0.05)
+    assert model.live.prepare("e", 500) == pytest.approx(0.0001, rel=0.05)
 
 
 def test_a_drafter_whose_prepare_outweighs_what_it_saves_in_the_tokens_left_is_not_started():
