@@ -45,7 +45,7 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -208,6 +208,8 @@ class _QuietRun:
     row_ids: list[int]
     rows: list[_Row]
     left: int  # steps it may still last (the least `quiet` of its rows)
+    plan: Plan  # what each of its steps takes
+    cut: Cut
     observed: int = 0  # plain steps observed, not yet applied to the rows (`_settle`)
 
 
@@ -234,7 +236,6 @@ class GoodputController:
         # Per drafter, the extra slots its proposals carried (at the root, per node), for new rows.
         self.pooled_extras: dict[str, tuple[float, float]] = dict(table.extras)
         self._current_ids: list[int] = []
-        self._quiet: tuple[Plan | None, Cut | None] = (None, None)  # the quiet steps' plan and cut (`_all_quiet`)
         self._run: _QuietRun | None = None
         self._unlearnt: list[tuple[str, tuple]] = []  # timings the cost model has not learnt yet (live)
         self._unlearnt_steps = 0
@@ -456,7 +457,7 @@ class GoodputController:
         tokens in each row's cache (a row's own length, so frozen decisions still depend on its history
         alone)."""
         if self._run_goes_on(row_ids):
-            return self._quiet[0]  # type: ignore[return-value]
+            return self._run.plan  # type: ignore[union-attr]
         self._settle()
         self._current_ids = list(row_ids)
         row_contexts: list[float | None] = list(contexts) if contexts is not None else [None] * len(row_ids)
@@ -669,28 +670,26 @@ class GoodputController:
         """The plan when every row is quiet (priced as plain a moment ago, nothing pending, no free drafter
         to look with): a plain step for all, in a few microseconds. On a 1 ms step the full pricing loop's
         ~15 us cost 1.5% of every plain step of a drafter the controller keeps off. None otherwise."""
-        rows = [self.rows.get(row_id) for row_id in row_ids]
+        found = [self.rows.get(row_id) for row_id in row_ids]
         # (A row kept off PPD, free to draft but not to look, is quiet too.)
         if not all(row is not None and row.quiet > 0 and row.pending is None
-                   and not self._free_lookers(row, cheap_names) for row in rows):
+                   and not self._free_lookers(row, cheap_names) for row in found):
             return None
+        rows = cast(list[_Row], found)
         for row in rows:
-            row.quiet -= 1  # type: ignore[union-attr]
-            self._reason(row.quiet_reason)  # type: ignore[union-attr]
+            row.quiet -= 1
+            self._reason(row.quiet_reason)
         # The rows stay quiet for as many steps as the least quiet of them while the batch stays as it is:
-        # those steps take this plan without checks and are observed in bulk (`_QuietRun`, `_settle`). On a
-        # 1.4 ms step of a small model, planning, cutting and observing each step cost ~3% of it while the
-        # drafter never drafted.
-        self._run = _QuietRun(list(row_ids), rows, min(row.quiet for row in rows))  # type: ignore[arg-type, union-attr]
-        plan, cut = self._quiet
+        # those steps take this plan and cut without checks and are observed in bulk (`_QuietRun`, `_settle`).
+        # On a 1.4 ms step of a small model, planning, cutting and observing each step cost ~3% of it while
+        # the drafter never drafted.
         count = len(rows)
-        if plan is None or len(plan.choice) != count or plan.cheap != cheap_names:
-            plan = Plan([None] * count, [0] * count, [False] * count, [0] * count, [False] * count, [None] * count,
-                        [0] * count, [0.0] * count, cheap_names, [1.0] * count, [], quiet=True)
-            cut = Cut([[] for _ in range(count)], [None] * count, [0] * count, [0] * count, [0.0] * count,
-                      [False] * count, [1.0] * count)
-            self._quiet = (plan, cut)
-        plan.contexts[:] = [c for c in contexts if c is not None]
+        plan = Plan([None] * count, [0] * count, [False] * count, [0] * count, [False] * count, [None] * count,
+                    [0] * count, [0.0] * count, cheap_names, [1.0] * count, [c for c in contexts if c is not None],
+                    quiet=True)
+        cut = Cut([[] for _ in range(count)], [None] * count, [0] * count, [0] * count, [0.0] * count,
+                  [False] * count, [1.0] * count)
+        self._run = _QuietRun(list(row_ids), rows, min(row.quiet for row in rows), plan, cut)
         return plan
 
     def _run_goes_on(self, row_ids: Sequence[int]) -> bool:
@@ -758,8 +757,9 @@ class GoodputController:
         `scoring`: which drafters' rows carry scores (with drafter="auto" some rows may not)."""
         batch, width = draft.batch_size, draft.width
         if width == 0 and draft.extra is None:  # nothing proposed (the common case): nothing to cut
-            if plan is self._quiet[0] and not any(plan.budget):
-                return draft, self._quiet[1]
+            run = self._run
+            if run is not None and plan is run.plan and not any(plan.budget):
+                return draft, run.cut
             engaged = [name is not None and budget > 0 for name, budget in zip(plan.choice, plan.budget)]
             return draft, Cut([[] for _ in range(batch)], [None] * batch, [0] * batch, [0] * batch,
                               [0.0] * batch, engaged, [1.0] * batch)
@@ -927,7 +927,7 @@ class GoodputController:
     # -- learning ----------------------------------------------------------------------------------
     def observe(self, plan: Plan, cut: Cut, verdict: Verdict, timings: dict[str, Any]) -> None:
         """Update every row's estimates from the verdict, and (live) the cost model from the timings."""
-        if plan.quiet and self._run is not None:
+        if self._run is not None and plan is self._run.plan:
             self._run.observed += 1
             counts = [0] * len(plan.choice)
         elif plan.plain:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import math
 import platform
+import statistics
 import time
 import weakref
 from bisect import bisect_right
@@ -331,7 +332,7 @@ class CostTable:
         """Median seconds of the drafter's last LOOK_SAMPLES free looks (None before any): what proposing
         all it can costs, read without extrapolating the fit, and robust to one slow step."""
         looks = self.looks.get(name)
-        return None if not looks else sorted(looks)[len(looks) // 2]
+        return statistics.median_high(looks) if looks else None
 
     def prepare(self, name: str, tokens: float) -> float:
         """Seconds of the drafter's one-off work before it first drafts a row holding `tokens` tokens (0 before
