@@ -84,6 +84,11 @@ MAX_REST = 16
 FREE_NODES = 16
 #: Most of a request's remaining time a plain row's first probe of a drafter may be expected to lose (`plan`).
 FIRST_PROBE_SHARE = 0.02
+#: In a batch, how much more (relative) than a plain step a draft must promise to be verified (`_solve`). The
+#: best of many noisy estimates is an optimistic one, and a batch adds costs the estimate leaves out (a draft
+#: model's prefill of every row it drafts, rows joining). Near break-even, where a batch's drafts sit on this
+#: CPU, verifying them lost: draft_model 0.93x of plain at batch 2, anpd 0.93x at batch 8.
+BATCH_MARGIN = 0.05
 
 
 class ControllerOptions(BaseModel):
@@ -275,12 +280,12 @@ class GoodputController:
     def _overhead(self, drafted: bool = True) -> float:
         return self.table.overhead(self.name, drafted)
 
-    def _solve(self, rows: list[_Items], batch: int, draft_seconds: float | None, base: float | None = None
-               ) -> list[int]:
+    def _solve(self, rows: list[_Items], batch: int, draft_seconds: float | None, base: float | None = None,
+               margin: float = 0.0) -> list[int]:
         """Nodes kept per row maximising (base + sum weight * p) / (draft + verify + overhead). `base`: what
         a plain step is worth (None: the rows' weights, one token each). `draft_seconds` None prices
         drafting per drafter from the kept counts (before drafting); a number is a cost already paid
-        (after drafting)."""
+        (after drafting). `margin`: what more (relative) than the forced nodes alone the rest must promise."""
         table, packed = self.table, self.packed
         plain_overhead, overhead = self._overhead(False), self._overhead()
         kept = [min(r.forced, len(r.probs)) for r in rows]
@@ -322,6 +327,7 @@ class GoodputController:
 
         best_rate = tokens / max(seconds(), 1e-12)
         best_kept = list(kept)
+        forced_kept, forced_rate = list(kept), best_rate
         heap: list[tuple[float, int, int]] = []
         keys = [float("inf")] * len(rows)
 
@@ -356,7 +362,7 @@ class GoodputController:
             if tokens + left <= best_rate * least:
                 break
             push(index)
-        return best_kept
+        return best_kept if best_rate >= forced_rate * (1.0 + margin) else forced_kept
 
     def _prefix_rates(self, items: _Items) -> list[float]:
         """Rate of one row alone (batch 1) keeping its first k nodes, for k = 0..len: member choice,
@@ -423,12 +429,19 @@ class GoodputController:
         catches up inside its draft (its fit's `lag` term)."""
         return name not in row.prepared and name in self.table.prepares
 
-    def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0) -> float:
+    def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0,
+                    row_seconds: float | None = None) -> float:
         """Steps to wait before probing a drafter, so that probes expected to lose cost at most
         `probe_share` of the time (PPD's probe takes two steps: its prompt slots, then its tree). A probe
         loses against what the row would do instead: a plain step, or (drafter="auto") another drafter's
         expected rate `instead` when that is higher: probing draft_model in a row where anpd's chains
-        commit three tokens a step costs those tokens, not a plain step's one."""
+        commit three tokens a step costs those tokens, not a plain step's one.
+
+        The loss is priced as the row alone; `row_seconds` is the row's share of a plain step (a live batch:
+        the batch's plain step over its rows; None: a row alone). A probe holds up every row of the batch,
+        so B rows probing every W steps lose B * loss / W of a step costing B * row_seconds: at batch 8 on
+        this CPU a row's share is a quarter of a lone step, and draft-model probes priced as alone (their
+        drafts and prefills fourfold too cheap) took continuous batches to 0.92x of plain decoding."""
         items, _, _, best_one = option
         table, packed = self.table, self.packed
         context = items.context
@@ -443,7 +456,7 @@ class GoodputController:
             seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
         loss = seconds - (1.0 + sum(items.probs[:best_one])) / max(1.0 / plain, instead)
         share = self.options.probe_share / len(self.order)
-        return max(0.0, loss) / (share * plain)
+        return max(0.0, loss) / (share * (plain if row_seconds is None else min(plain, row_seconds)))
 
     def _free_budget(self, row: _Row, name: str, cap: int) -> int:
         """A cheap drafter's budget: all it has offered so far and more (never throttled to its guesses)."""
@@ -475,6 +488,7 @@ class GoodputController:
         items_per_row: list[_Items | None] = []
         cap_all = min(self.options.max_budget, max_nodes)
         margin = 1.0 - self.options.switch_margin
+        row_seconds = self._row_seconds(len(row_ids), row_contexts)
         for row_id, depth, context in zip(row_ids, max_depth, row_contexts):
             row = self._row(row_id, context)
             cap = max(0, min(cap_all, int(depth)))
@@ -547,8 +561,8 @@ class GoodputController:
                 # (its first node verified) costs next to nothing whatever the row does instead.
                 instead = 0.0 if name in cheap_names else max(
                     (o[2] for other, o in options.items() if other != name), default=0.0)
-                wait = self._probe_wait(option, instead)
-                lost = wait * self.options.probe_share / len(self.order)  # the probe's expected loss, in plain steps
+                wait = self._probe_wait(option, instead, row_seconds)
+                lost = wait * self.options.probe_share / len(self.order)  # the probe's expected loss, in row-steps
                 # A row that would decode plainly probes a drafter not yet verified in it after the first
                 # interval when the probe's expected loss is under FIRST_PROBE_SHARE of the request's remaining
                 # time: its estimates are the pooled ones of earlier requests, which no verdict moves while
@@ -561,7 +575,7 @@ class GoodputController:
                     wait = 0.0
                 row.due[name] = max(row.interval[name], wait)
             # A cheap pick is only a look: the cut may still verify none of it, so it can be due too.
-            waiting = [n for n in options if (n != pick or n in cheap) and options[n][3] > 0
+            due_probes = [n for n in options if (n != pick or n in cheap) and options[n][3] > 0
                        and row.since[n] >= row.due[n]]
             unknown = self._unknown(row, options, pick)
             if pending in options and pending != pick:  # finish what a drafter's first step prepared
@@ -570,8 +584,8 @@ class GoodputController:
                 probe = unknown
                 row.explored.add(unknown)
                 self.counts["probes"] += 1
-            elif waiting:  # try a drafter again: estimates of one not verified lately are stale
-                probe = max(waiting, key=lambda n: row.since[n] / row.interval[n])
+            elif due_probes:  # try a drafter again: estimates of one not verified lately are stale
+                probe = max(due_probes, key=lambda n: row.since[n] / row.interval[n])
                 row.interval[probe] = min(self.options.max_probe_interval, 2 * row.interval[probe])
                 self.counts["probes"] += 1
             else:
@@ -622,7 +636,7 @@ class GoodputController:
             rows = [it or _Items([], [], 0, context=c) for it, c in zip(items_per_row, row_contexts)]
             for items, weight in zip(rows, weights):
                 items.weight = weight
-            joint = self._solve(rows, len(row_ids), None, base)
+            joint = self._solve(rows, len(row_ids), None, base, BATCH_MARGIN)
             why = ("batch: other rows' nodes pay better" if any(joint) else
                    "batch: no row's draft pays for its inputs at this batch size")
             for b, kept in enumerate(joint):
@@ -742,6 +756,13 @@ class GoodputController:
         less = table.verify(batch - 1, batch - 1, self.packed, context) + overhead if batch > 1 else 0.0
         return max(0.0, full - less), full
 
+    def _row_seconds(self, batch: int, contexts: Sequence[float | None]) -> float | None:
+        """A row's share of this step's plain forward (live batches; None: priced alone, as frozen rows
+        and lone rows are)."""
+        if not self.live or batch <= 1:
+            return None
+        return self._step_parts(batch, contexts)[1] / batch
+
     def _first_acceptance(self, row: _Row) -> float:
         """How likely the row's drafter's first node is accepted (its current one, else the first member)."""
         return row.estimates[row.member or self.order[0]].conditional(0)
@@ -813,7 +834,7 @@ class GoodputController:
             kept = [self._solve([items], 1, self._draft_share(items, draft_seconds, batch))[0] if items.probs
                     else 0 for items in items_rows]
         else:
-            kept = self._solve(items_rows, batch, draft_seconds or 0.0, plan.base)
+            kept = self._solve(items_rows, batch, draft_seconds or 0.0, plan.base, BATCH_MARGIN if batch > 1 else 0.0)
         expected = [1.0 + sum(items.probs[:k]) for items, k in zip(items_rows, kept)]
         keep = [[False] * width for _ in range(batch)]
         engaged = [False] * batch
@@ -940,6 +961,7 @@ class GoodputController:
                                "verified": [len(o) for o in cut.order], "accepted": counts,
                                "expected": [round(e, 3) for e in cut.expected],
                                "proposed": list(cut.proposed), "inputs": cut.inputs,
+                               "weights": [round(w, 6) for w in plan.weights], "base": plan.base,
                                **{k: round(v, 6) for k, v in timings.items() if isinstance(v, float)}})
         if self.live:
             self._record(plan, cut, timings)

@@ -255,7 +255,10 @@ class SpeculativeEngine:
                                  cost_clock(self.device), self.drafter.name)
 
     def _ensure(self, model_costs: CostModel, target: TargetRunner, batch: int) -> float:
-        return model_costs.ensure(self.model, [batch], target.packed_inputs, target.padded, LONG_CONTEXT,
+        """Curves for this batch and for one row fewer: what a row leaving saves (`row_weights`) is read from
+        both, and priced from one curve it was nothing (8 rows' curve standing in for 7's)."""
+        batches = [batch, batch - 1] if batch > 1 else [batch]
+        return model_costs.ensure(self.model, batches, target.packed_inputs, target.padded, LONG_CONTEXT,
                                   self.context)
 
     def _measure(self, controller: GoodputController, target: TargetRunner, batch: int,

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import specdec
 from specdec.acceptance import RowAcceptance
 from specdec.controller import (
+    BATCH_MARGIN,
     CHEAP_DRAFT,
     FREE_NODES,
     LEARN_EVERY,
@@ -19,6 +20,7 @@ from specdec.controller import (
     ControllerOptions,
     GoodputController,
     Member,
+    _Items,
     row_weights,
 )
 from specdec.costs import (
@@ -145,6 +147,68 @@ def test_a_static_batch_drafts_for_the_row_that_ends_it():
     straggler = kept([100, 20, 20, 20])
     assert straggler[0] >= 1 and straggler[1:] == [0, 0, 0]
     assert sum(kept([50, 50, 50, 50], waiting=True)) > 0  # while prompts wait, every token counts alike
+
+
+def test_a_static_batch_is_priced_in_seconds_on_steps_where_a_probe_is_due():
+    """Whether prompts wait decides what a token is worth; a row's due probes must not stand in for it (they
+    once did, through a reused name: a static batch was then priced in tokens on every step where the last
+    row priced had a probe due)."""
+    model = synthetic(batch=2, draft=(0.03, 0.0, 0.005))  # a costly drafter: rows decode plainly and probe it
+    ctl = controller(model, probe_after=1, max_probe_interval=2, probe_share=1.0)
+    probes = priced = 0
+    for _ in range(60):
+        plan = ctl.plan([0, 1], [100, 100], 64, waiting=False)
+        probes += sum(plan.probe)
+        if not plan.quiet:
+            priced += 1
+            assert plan.base is not None and all(w < 0.5 for w in plan.weights)  # seconds, not one token each
+        draft, cut = ctl.cut(chain([list(range(1, 1 + b)) for b in plan.budget]), plan, 0.0)
+        ctl.observe(plan, cut, verdict([0, 0], draft.width), {})
+    assert probes > 0 and priced > 0
+
+
+def test_a_probe_in_a_batch_waits_for_the_rows_share_of_the_step():
+    """A probe holds up every row of a batch: at batch 8, where a plain step costs twice a lone one, a row's
+    share of it is a quarter of a lone step, so each row probes a costly drafter about a quarter as often."""
+    model = synthetic(draft=(0.004, 0.0, 0.001))
+    model.live.curves[(True, 8)] = VerifyCurve(8, GRID, tuple(2 * x for x in CPU_LIKE))
+    model.live.curves[(True, 4)] = VerifyCurve(4, GRID, tuple(1.5 * x for x in CPU_LIKE))
+
+    def probes_per_row(rows: int) -> float:
+        ctl = controller(model, probe_after=1, max_probe_interval=4, probe_share=0.1)
+        for row in range(rows):  # a drafter known to be wrong: it is only ever probed
+            ctl._row(row).estimates["d"] = RowAcceptance(prior=[0.05], weight=50.0)
+        probes = 0
+        for _ in range(300):
+            plan = ctl.plan(list(range(rows)), [1000] * rows, 64, waiting=True)
+            probes += sum(plan.probe)
+            draft, cut = ctl.cut(chain([list(range(1, 1 + b)) for b in plan.budget]), plan, 0.0)
+            ctl.observe(plan, cut, verdict([0] * rows, draft.width), {})
+        return probes / rows
+
+    alone, batched = probes_per_row(1), probes_per_row(8)
+    assert alone >= 8 and batched < 0.5 * alone
+
+
+def test_a_batch_verifies_a_draft_only_when_it_clearly_pays():
+    """`_solve`'s margin: in a batch a draft must promise BATCH_MARGIN more than a plain step; alone, any gain."""
+    flat = (0.010, 0.0102, 0.0104, 0.0108, 0.0116, 0.0132, 0.0164, 0.0228)  # +2% a verified input
+    ctl = controller(synthetic(flat, batch=2))
+    rows = [_Items([0.1], [1], 0, member="d"), _Items([], [], 0)]
+    assert ctl._solve(rows, 2, 0.0, None) == [1, 0]  # 2.1 tokens for 2% more time: 3% more a second
+    assert ctl._solve(rows, 2, 0.0, None, margin=BATCH_MARGIN) == [0, 0]
+    rows = [_Items([0.95, 0.9, 0.9], [1, 1, 1], 0, member="d"), _Items([], [], 0)]
+    assert ctl._solve(rows, 2, 0.0, None, margin=BATCH_MARGIN) == [3, 0]  # a clear gain is kept
+
+
+def test_a_live_batch_measures_the_curve_of_one_row_fewer():
+    """What a row leaving a static batch saves is read from the curves at B and B - 1 rows: measuring only
+    B's priced it as nothing."""
+    model = tiny_model("llama")
+    costs = CostModel("test")
+    prompts = [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12], [13, 14]]
+    specdec.generate(model, prompts, drafter="anpd", max_new_tokens=4, eos_token_id=[], cost_model=costs)
+    assert {(True, 4), (True, 2)} <= set(costs.live.curves)
 
 
 def test_linear_fit_learns_a_drafters_cost():
