@@ -226,6 +226,7 @@ class DraftModelDrafter(Drafter):
         self._capacity = max(len(p) for p in context.prompts) + context.max_new_tokens + nodes + 2
         self._rows = context.first_rows
         self._runner = None  # prefilled at the first step that drafts (`prepare`)
+        self._ready: list[bool] = []  # per row of the draft's cache: its prompt is prefilled
         weights = opts.draft_weights or default_weight_format(self.model)
         self._fast = fast_forward_for(self.model, head_tokens=head, weights=weights) if opts.fast_forward else None
         self._last = None
@@ -267,9 +268,11 @@ class DraftModelDrafter(Drafter):
         self._checked_pair = tuple(None if obj is None else weakref.ref(obj) for obj in objects), sizes, vocab
         return vocab
 
-    def _prefilled(self, rows: list[int]) -> TargetRunner:
-        """A draft-model cache holding these rows' prompts but the last token (the first step feeds it)."""
-        prompts = [self._prompts[row] for row in rows]
+    def _prefilled(self, rows: list[int], full: list[bool] | None = None) -> TargetRunner:
+        """A draft-model cache holding these rows' prompts but the last token (the first step feeds it); rows
+        not `full` hold nothing yet (their prompt is prefilled when they first draft: `_ensure_rows`)."""
+        prompts = [self._prompts[row] if full is None or full[index] else self._prompts[row][-1:]
+                   for index, row in enumerate(rows)]
         runner = TargetRunner(self.model, len(rows), self._capacity)
         prefill = torch.zeros(len(rows), max(max(len(p) for p in prompts) - 1, 0), dtype=torch.long)
         for index, prompt in enumerate(prompts):
@@ -278,27 +281,43 @@ class DraftModelDrafter(Drafter):
         return runner
 
     def admit(self, rows: list[int]) -> None:
-        """Continuous batching: prefill the joining rows' prompts on the draft model and add them to its
-        cache after the rows it holds (rows that left are dropped at the next `propose`); before the
-        cache exists, only note them (its deferred prefill covers them)."""
+        """Continuous batching: the joining rows take places after the rows the draft holds (rows that left
+        are dropped at the next `propose`), their prompts prefilled when they first draft."""
         if self._runner is not None:
-            self._runner.append_rows(self._prefilled(rows))
+            self._runner.append_rows(self._prefilled(rows, [False] * len(rows)))
+            self._ready = self._ready + [False] * len(rows)
         self._rows = self._rows + list(rows)
         self._track_memory()
 
     def prepare(self, state: DecodeState) -> None:
-        """The draft's prefill, deferred from `setup` to the first step that drafts: under the goodput
-        controller a request it never drafts for (long documents the draft cannot predict, a draft as
-        slow as its target) never pays it. Later rows' pending tokens are fed while drafting."""
+        """The draft's prefill, deferred from `setup` to the first step that drafts each row: under the goodput
+        controller a request it never drafts for (long documents the draft cannot predict, a draft as slow as
+        its target, a batch where drafting does not pay) never pays it. Each row's committed tokens since
+        are fed when it next drafts."""
         self._sync_rows(state.row_ids)
-        if self._runner is None and int(self._row_depths(state).max()) > 0:
-            self._ensure_cache()
+        depths = self._row_depths(state)
+        if int(depths.max()) > 0:
+            self._ensure_rows(self._working_rows(depths))
 
-    def _ensure_cache(self) -> None:
-        """Prefill the draft's cache for the rows it holds, if that has not happened yet."""
+    def _working_rows(self, depths: torch.Tensor) -> list[bool]:
+        """The rows the draft runs this step: those drafting (a chain), or every row (a tree: its forwards run
+        the whole batch). In a batch where the controller drafts for one row, the others are neither
+        prefilled nor caught up (at batch 4 on this CPU, prefilling every row that joined a continuous batch
+        once any row drafted cost 5% of the run)."""
+        return [True] * len(depths) if self.tree else (depths > 0).tolist()
+
+    def _ensure_rows(self, working: list[bool]) -> None:
+        """Prefill the draft's cache for the working rows that it does not hold yet."""
         if self._runner is None:
-            self._runner = self._prefilled(self._rows)
-            self._track_memory()
+            self._runner = self._prefilled(self._rows, working)
+            self._ready = list(working)
+        else:
+            missing = [index for index, (needed, ready) in enumerate(zip(working, self._ready)) if needed and not ready]
+            if missing:
+                self._runner.replace_rows(missing, self._prefilled([self._rows[i] for i in missing]))
+                for index in missing:
+                    self._ready[index] = True
+        self._track_memory()
 
     def _scratch(self, ids: torch.Tensor, offset: int, keep: torch.Tensor | None = None,
                  active: torch.Tensor | None = None) -> torch.Tensor:
@@ -367,6 +386,7 @@ class DraftModelDrafter(Drafter):
             position = {row: index for index, row in enumerate(self._rows)}
             keep = [position[row] for row in row_ids]
             self._runner.select_rows(torch.tensor(keep, dtype=torch.long))
+            self._ready = [self._ready[index] for index in keep]
             self._rows = list(row_ids)
 
     def _row_depths(self, state: DecodeState) -> torch.Tensor:
@@ -388,20 +408,23 @@ class DraftModelDrafter(Drafter):
             depths = depths.clamp(max=max(self.draft_context - longest + 1, 0))
         return depths
 
-    def _feed_pending(self, sequences: list[list[int]]) -> torch.Tensor:
-        """Feed each row's committed tokens not yet in the draft cache (at least the root) and
-        return the draft's logits after the root, mapped to the target's ids [B, V]."""
+    def _feed_pending(self, sequences: list[list[int]], working: list[bool]) -> torch.Tensor:
+        """Feed each working row's committed tokens not yet in the draft cache (at least the root) and
+        return the draft's logits after the root, mapped to the target's ids [B, V] (zeros for the rest,
+        which keep theirs pending)."""
         runner = self._runner
         starts = runner.lengths.tolist()
-        pending = [seq[start:] for seq, start in zip(sequences, starts)]
+        pending = [seq[start:] if work else seq[-1:] for seq, start, work in zip(sequences, starts, working)]
         width = max(len(p) for p in pending)
         ids = torch.zeros(len(pending), width, dtype=torch.long)
         for b, tokens in enumerate(pending):
             ids[b, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long)
             ids[b, len(tokens):] = tokens[-1]
         last = torch.tensor([len(p) - 1 for p in pending])
-        root_logits = self._scratch(self.vocab.to_draft_ids(ids), 0, keep=last)
-        runner.set_lengths(torch.tensor([len(seq) for seq in sequences]))
+        active = None if all(working) else torch.tensor(working)
+        root_logits = self._scratch(self.vocab.to_draft_ids(ids), 0, keep=last, active=active)
+        fed = torch.tensor([len(seq) for seq in sequences])
+        runner.set_lengths(fed if active is None else torch.where(active, fed, runner.lengths))
         return self.vocab.to_target(root_logits.float()).to(self.device)
 
     def _choose(self, logits: torch.Tensor, count: int, generator: RowGenerators, drafting: torch.Tensor):
@@ -426,15 +449,17 @@ class DraftModelDrafter(Drafter):
         depths = self._row_depths(state)
         if int(depths.max()) <= 0:
             return Draft.empty(state.batch_size)
-        self._ensure_cache()  # already done when the engine called `prepare`
+        working = self._working_rows(depths)
+        self._ensure_rows(working)  # already done when the engine called `prepare`
         runner = self._runner
         runner.set_lengths(torch.minimum(runner.lengths, torch.tensor([len(seq) - 1 for seq in state.sequences])))
         if self.draft_context is not None:
             # Pending tokens are fed right-padded to the longest pending run of the batch.
-            width = max(len(seq) - int(start) for seq, start in zip(state.sequences, runner.lengths.tolist()))
+            width = max(len(seq) - int(start) for seq, start, work in zip(state.sequences, runner.lengths.tolist(),
+                                                                          working) if work)
             if int(runner.lengths.max()) + width > self.draft_context:
                 return Draft.empty(state.batch_size)
-        root_logits = self._feed_pending(state.sequences)
+        root_logits = self._feed_pending(state.sequences, working)
         if self.tree:
             draft = self._propose_tree(state, root_logits, depths)
         else:

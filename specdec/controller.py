@@ -84,6 +84,7 @@ MAX_REST = 16
 FREE_NODES = 16
 #: Most of a request's remaining time a plain row's first probe of a drafter may be expected to lose (`plan`).
 FIRST_PROBE_SHARE = 0.02
+FIRST_PROBE_STEPS = 12
 #: In a batch, how much more (relative) than a plain step a draft must promise to be verified (`_solve`). The
 #: best of many noisy estimates is an optimistic one, and a batch adds costs the estimate leaves out (a draft
 #: model's prefill of every row it drafts, rows joining). Near break-even, where a batch's drafts sit on this
@@ -128,6 +129,7 @@ class _Items:
     context: float | None = None  # tokens in the row's cache: extra inputs cost more behind a long one
     lag: float = 0.0  # tokens committed since the drafter last drafted this row (its catch-up)
     prepare: float = 0.0  # tokens the drafter's one-off `prepare` feeds first (not asked in this row yet)
+    left: float = 0.0  # tokens the row may still commit (what a prepare is spread over)
 
 
 @dataclass
@@ -308,6 +310,18 @@ class GoodputController:
             return max(0.0, constant + per_level * levels[name] + per_node * nodes[name])
 
         drafting = {name: draft_cost(name) for name in nodes}
+        # A row's first draft with a drafter pays its one-off prepare (a draft model's prefill). Alone, the start
+        # rule in `plan` spreads it over the row's tokens left; priced with the batch, each step carries the
+        # share of its tokens: prepare * (1 + sum p) / tokens left. Left out, draft models started in every row
+        # of a continuous batch of 4, where a drafted step saves 3% (drafts verified, their prefills not).
+        prepares = [self.table.prepare(r.member, r.prepare) / max(r.left, 1.0) if r.prepare and r.member else 0.0
+                    for r in rows]
+
+        def charge(index: int, k: int) -> float:
+            r = rows[index]
+            return prepares[index] * (1.0 + sum(r.probs[:k])) if k and draft_seconds is None else 0.0
+
+        charged = sum(charge(i, k) for i, k in enumerate(kept))
         # Every input count the search can reach, priced in one call (index: inputs - batch).
         full = [1 + r.base + sum(r.sizes) if r.probs else w for r, w in zip(rows, widths)]
         most = sum(full) if packed else batch * max(full)
@@ -321,7 +335,7 @@ class GoodputController:
         left = sum(r.weight * sum(r.probs[k:]) for r, k in zip(rows, kept))
 
         def seconds() -> float:
-            draft = draft_seconds if draft_seconds is not None else sum(drafting.values())
+            draft = draft_seconds if draft_seconds is not None else sum(drafting.values()) + charged
             return (draft + verify[(total if packed else batch * widest) - batch]
                     + (overhead if total > batch else plain_overhead))
 
@@ -354,6 +368,7 @@ class GoodputController:
                 levels[r.member] = max(levels.get(r.member, 0), k + 1)
                 nodes[r.member] = nodes.get(r.member, 0) + 1
                 drafting[r.member] = draft_cost(r.member)
+                charged += charge(index, k + 1) - charge(index, k)
             rate = tokens / max(seconds(), 1e-12)
             if rate > best_rate:
                 best_rate, best_kept = rate, list(kept)
@@ -536,6 +551,7 @@ class GoodputController:
             options: dict[str, tuple[_Items, int, float, int]] = {}
             for name in self.order if cap else ():
                 items = self._position_items(row, name, cap, context, explore=name not in cheap_names)
+                items.left = float(depth)
                 rates = self._prefix_rates(items)
                 keep = max(range(len(rates)), key=rates.__getitem__)
                 best_one = max(range(1, len(rates)), key=rates.__getitem__) if len(rates) > 1 else 0
@@ -569,14 +585,17 @@ class GoodputController:
                 # rows stay plain. Held to the usual wait, a layer_skip probe (~1.3 plain steps) waited 130
                 # steps: after a translation prompt lowered the pooled estimate, every summarization and qa
                 # request decoded plainly. (Not for a drafter whose probe needs prompt slots: PPD's takes two
-                # steps, and probing it once a request took ppd from 0.99 to 0.97 of plain decoding.)
+                # steps, and probing it once a request took ppd from 0.99 to 0.97 of plain decoding.) It comes
+                # after FIRST_PROBE_STEPS: the tokens left are counted up to max_new_tokens, not to where the
+                # answer ends, and on translation's 9- to 11-token answers a probe at step 4 of ppd_draft_model
+                # (~2 plain steps) cost 10-14% of the request.
                 if (pick is None and not row.estimates[name].trials and not option[0].base
                         and lost <= FIRST_PROBE_SHARE * depth):
-                    wait = 0.0
+                    wait = float(FIRST_PROBE_STEPS)
                 row.due[name] = max(row.interval[name], wait)
             # A cheap pick is only a look: the cut may still verify none of it, so it can be due too.
             due_probes = [n for n in options if (n != pick or n in cheap) and options[n][3] > 0
-                       and row.since[n] >= row.due[n]]
+                          and row.since[n] >= row.due[n]]
             unknown = self._unknown(row, options, pick)
             if pending in options and pending != pick:  # finish what a drafter's first step prepared
                 probe = pending
@@ -983,6 +1002,7 @@ class GoodputController:
         """Each row's estimates from a step where some row drafted; returns the accepted counts."""
         counts = verdict.num_accepted.tolist()
         paths = verdict.accepted.tolist() if verdict.accepted.numel() else [[] for _ in counts]
+        batch = len(self._current_ids)
         for b, row_id in enumerate(self._current_ids):
             row = self.rows[row_id]
             name = plan.choice[b]
@@ -997,7 +1017,10 @@ class GoodputController:
             if name is not None and plan.budget[b] > 0:
                 proposed, drafted_nothing = cut.proposed[b], not cut.order[b]
                 row.discarded[name] = row.discarded.get(name, 0) + 1 if proposed and drafted_nothing else 0
-                if name in plan.cheap and proposed:  # finding nothing to propose costs next to nothing
+                # Alone, a look that finds nothing to propose costs next to nothing. In a live batch it keeps
+                # the whole batch off the quiet path (its plan, propose and cut: ~0.5 ms of a 17 ms step at
+                # batch 8 on this CPU, where 9 looks in 10 found nothing or were cut), so it counts.
+                if name in plan.cheap and (proposed or (self.live and batch > 1)):
                     self._count_look(row, name, fruitful=not drafted_nothing)
             if name is None or not cut.order[b]:
                 self.counts["plain_row_steps"] += 1

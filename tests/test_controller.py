@@ -14,6 +14,7 @@ from specdec.acceptance import RowAcceptance
 from specdec.controller import (
     BATCH_MARGIN,
     CHEAP_DRAFT,
+    FIRST_PROBE_STEPS,
     FREE_NODES,
     LEARN_EVERY,
     QUIET_SAMPLE,
@@ -298,10 +299,11 @@ def test_a_new_request_probes_a_drafter_that_earlier_requests_gave_up_on():
     model.live.acceptance["d"] = RowAcceptance(prior=[0.1, 0.5], weight=50.0)
     ctl = controller(model)
     pooled = ctl.pooled["d"].conditional(0)
-    plans = [step(ctl, [0], [list(range(1, 9))], [8])[0] for _ in range(16)]
+    plans = [step(ctl, [0], [list(range(1, 9))], [8])[0] for _ in range(24)]
     assert plans[0].choice == [None]  # the pooled estimate says the drafter does not pay
     first = next(i for i, plan in enumerate(plans) if plan.choice == ["d"])
-    assert plans[first].probe == [True] and first <= ControllerOptions().probe_after + 1
+    # Probed early, but not so early that a short answer (translation's 9-11 tokens) pays for the probe.
+    assert plans[first].probe == [True] and FIRST_PROBE_STEPS <= first <= FIRST_PROBE_STEPS + 1
     assert ctl.pooled["d"].conditional(0) > pooled  # the verdict reaches what the next request starts from
     # Once the row has its own verdicts, failed probes wait as long as their loss says.
     again = controller(model)
@@ -505,7 +507,7 @@ def test_a_new_rows_probe_pays_the_drafters_prepare_and_learns_what_it_costs():
                 return index
         return None
 
-    early = ControllerOptions().probe_after + 1
+    early = FIRST_PROBE_STEPS + 1
     assert first_probe([], 1000) <= early  # its prepare not measured yet: probed early, as before
     per_token = [(1000, 0.03), (100, 0.003)]  # 30 us a token: 30 ms behind 1000 tokens, 3 plain steps
     assert first_probe(per_token, 10) <= early

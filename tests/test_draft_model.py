@@ -16,6 +16,7 @@ from specdec.drafters.draft_schedule import ConfidenceExit, HeuristicLength
 
 import specdec
 from specdec.costs import DRAFT_FEATURES, CostModel, LinearFit, draft_features
+from specdec.draft import Verdict
 from specdec.errors import DrafterError, PluginOptionsError
 from specdec.sampling import SamplingParams, process_logits
 
@@ -546,3 +547,56 @@ def test_prefill_waits_for_the_first_draft(target, close_draft, expected):
                            max_new_tokens=NEW, cost_model=CostModel("cpu"))
     assert out.sequences == [expected[2]]
     assert out.stats.drafter_stats["draft_cache_peak_bytes"] > 0 and out.stats.drafted_tokens > 0
+
+
+def _chain_drafts(target, draft, prompts, budgets):
+    """Greedy drafts of a chain draft_model over steps of per-row budgets (the controller's `draft_budget`),
+    each step committing the draft as if all of it were accepted plus token 1. Returns the drafter and the
+    drafts per step, as lists of tokens per row."""
+    from specdec.plugins import DecodeState, GenerationContext
+    from specdec.rng import RowGenerators
+    from specdec.sampling import SamplingParams
+
+    drafter = DraftModelDrafter(DraftModelDrafter.Options(model=draft, k=3))
+    generators = RowGenerators.seeded([0] * len(prompts))
+    drafter.setup(GenerationContext(model=target, tokenizer=None, sampling=SamplingParams(), generator=generators,
+                                    prompts=[list(p) for p in prompts], max_new_tokens=32, vocab_size=VOCAB,
+                                    device=torch.device("cpu"), max_draft_nodes=64, rows=list(range(len(prompts))),
+                                    goodput=True))
+    sequences = [list(p) for p in prompts]
+    drafts = []
+    for budget in budgets:
+        state = DecodeState(row_ids=list(range(len(prompts))), sequences=[list(s) for s in sequences],
+                            max_depth=torch.full((len(prompts),), 16), sampling=SamplingParams(),
+                            generator=generators, target=None, draft_budget=torch.tensor(budget))
+        drafter.prepare(state)
+        draft = drafter.propose(state)
+        rows = [draft.tokens[b, : int(draft.num_nodes[b])].tolist() for b in range(len(prompts))]
+        drafts.append(rows)
+        committed = [row + [1] for row in rows]
+        path = torch.full((len(prompts), max(draft.width, 1)), -1, dtype=torch.long)
+        for b, row in enumerate(rows):
+            path[b, : len(row)] = torch.arange(len(row))
+        drafter.observe(state, draft, Verdict(path, torch.tensor([len(r) for r in rows]),
+                                              torch.ones(len(prompts), dtype=torch.long)), committed, None)
+        for sequence, new in zip(sequences, committed):
+            sequence.extend(new)
+    return drafter, drafts
+
+
+def test_rows_kept_plain_in_a_batch_are_not_prefilled_and_draft_as_alone_when_first_asked(target, close_draft):
+    """A chain draft model works only on the rows asked to draft: the others are neither prefilled nor caught
+    up (in a batch where one row drafted, prefilling every row cost 5% of a continuous run on this CPU). A row
+    first asked later gets its prompt and every token since fed then, and drafts exactly as it would alone."""
+    budgets = [[3, 0, 0], [3, 0, 0], [0, 3, 0], [3, 3, 3]]
+    drafter, drafts = _chain_drafts(target, close_draft, PROMPTS, budgets)
+    assert [bool(r) for r in drafts[0]] == [True, False, False] and [bool(r) for r in drafts[2]] == [False, True, False]
+    for row in range(len(PROMPTS)):
+        alone_budgets = [[b[row]] for b in budgets]
+        _, alone = _chain_drafts(target, close_draft, [PROMPTS[row]], alone_budgets)
+        assert [step[row] for step in drafts] == [step[0] for step in alone]
+    assert drafter._ready == [True, True, True]
+    # After the first two steps only row 0 was in the draft's cache.
+    early, _ = _chain_drafts(target, close_draft, PROMPTS, budgets[:2])
+    assert early._ready == [True, False, False]
+    assert int(early._runner.lengths[1]) == 0 and int(early._runner.lengths[2]) == 0
