@@ -585,13 +585,14 @@ class GoodputController:
                 # rows stay plain. Held to the usual wait, a layer_skip probe (~1.3 plain steps) waited 130
                 # steps: after a translation prompt lowered the pooled estimate, every summarization and qa
                 # request decoded plainly. (Not for a drafter whose probe needs prompt slots: PPD's takes two
-                # steps, and probing it once a request took ppd from 0.99 to 0.97 of plain decoding.) It comes
-                # after FIRST_PROBE_STEPS: the tokens left are counted up to max_new_tokens, not to where the
-                # answer ends, and on translation's 9- to 11-token answers a probe at step 4 of ppd_draft_model
-                # (~2 plain steps) cost 10-14% of the request.
+                # steps, and probing it once a request took ppd from 0.99 to 0.97 of plain decoding.) A costly
+                # drafter's comes after FIRST_PROBE_STEPS: the tokens left are counted up to max_new_tokens, not
+                # to where the answer ends, and on translation's 9- to 11-token answers a probe at step 4 of
+                # ppd_draft_model (~2 plain steps) cost 10-14% of the request. A free drafter's (one node
+                # verified) costs next to nothing: delayed too, anpd lost 10% on Spec-Bench.
                 if (pick is None and not row.estimates[name].trials and not option[0].base
                         and lost <= FIRST_PROBE_SHARE * depth):
-                    wait = float(FIRST_PROBE_STEPS)
+                    wait = 0.0 if name in cheap_names else float(FIRST_PROBE_STEPS)
                 row.due[name] = max(row.interval[name], wait)
             # A cheap pick is only a look: the cut may still verify none of it, so it can be due too.
             due_probes = [n for n in options if (n != pick or n in cheap) and options[n][3] > 0
