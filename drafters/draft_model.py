@@ -410,8 +410,8 @@ class DraftModelDrafter(Drafter):
 
     def _feed_pending(self, sequences: list[list[int]], working: list[bool]) -> torch.Tensor:
         """Feed each working row's committed tokens not yet in the draft cache (at least the root) and
-        return the draft's logits after the root, mapped to the target's ids [B, V] (zeros for the rest,
-        which keep theirs pending)."""
+        return the draft's logits after the root, mapped to the target's ids [B, V] (meaningless for the
+        other rows, which keep theirs pending)."""
         runner = self._runner
         starts = runner.lengths.tolist()
         pending = [seq[start:] if work else seq[-1:] for seq, start, work in zip(sequences, starts, working)]

@@ -84,6 +84,7 @@ MAX_REST = 16
 FREE_NODES = 16
 #: Most of a request's remaining time a plain row's first probe of a drafter may be expected to lose (`plan`).
 FIRST_PROBE_SHARE = 0.02
+#: Steps before a costly drafter's early first probe in a plain row (short answers end before it).
 FIRST_PROBE_STEPS = 12
 #: In a batch, how much more (relative) than a plain step a draft must promise to be verified (`_solve`). The
 #: best of many noisy estimates is an optimistic one, and a batch adds costs the estimate leaves out (a draft
@@ -312,8 +313,8 @@ class GoodputController:
         drafting = {name: draft_cost(name) for name in nodes}
         # A row's first draft with a drafter pays its one-off prepare (a draft model's prefill). Alone, the start
         # rule in `plan` spreads it over the row's tokens left; priced with the batch, each step carries the
-        # share of its tokens: prepare * (1 + sum p) / tokens left. Left out, draft models started in every row
-        # of a continuous batch of 4, where a drafted step saves 3% (drafts verified, their prefills not).
+        # share of its tokens: prepare * (1 + sum p) / tokens left (a drafted step of a continuous batch of 4 saved
+        # ~3% here, less than the prefills it set off).
         prepares = [self.table.prepare(r.member, r.prepare) / max(r.left, 1.0) if r.prepare and r.member else 0.0
                     for r in rows]
 
@@ -455,8 +456,8 @@ class GoodputController:
         The loss is priced as the row alone; `row_seconds` is the row's share of a plain step (a live batch:
         the batch's plain step over its rows; None: a row alone). A probe holds up every row of the batch,
         so B rows probing every W steps lose B * loss / W of a step costing B * row_seconds: at batch 8 on
-        this CPU a row's share is a quarter of a lone step, and draft-model probes priced as alone (their
-        drafts and prefills fourfold too cheap) took continuous batches to 0.92x of plain decoding."""
+        this CPU a row's share is a quarter of a lone step, and draft-model probes priced as alone had their
+        drafts and prefills fourfold too cheap."""
         items, _, _, best_one = option
         table, packed = self.table, self.packed
         context = items.context
