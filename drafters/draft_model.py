@@ -311,13 +311,14 @@ class DraftModelDrafter(Drafter):
         if self._runner is None:
             self._runner = self._prefilled(self._rows, working)
             self._ready = list(working)
-        else:
-            missing = [index for index, (needed, ready) in enumerate(zip(working, self._ready)) if needed and not ready]
-            if missing:
-                self._runner.replace_rows(missing, self._prefilled([self._rows[i] for i in missing]))
-                for index in missing:
-                    self._ready[index] = True
-        self._track_memory()
+            self._track_memory()
+            return
+        missing = [index for index, (needed, ready) in enumerate(zip(working, self._ready)) if needed and not ready]
+        if missing:
+            self._runner.replace_rows(missing, self._prefilled([self._rows[i] for i in missing]))
+            for index in missing:
+                self._ready[index] = True
+            self._track_memory()
 
     def _scratch(self, ids: torch.Tensor, offset: int, keep: torch.Tensor | None = None,
                  active: torch.Tensor | None = None) -> torch.Tensor:

@@ -318,11 +318,10 @@ class GoodputController:
         prepares = [self.table.prepare(r.member, r.prepare) / max(r.left, 1.0) if r.prepare and r.member else 0.0
                     for r in rows]
 
-        def charge(index: int, k: int) -> float:
-            r = rows[index]
-            return prepares[index] * (1.0 + sum(r.probs[:k])) if k and draft_seconds is None else 0.0
+        def charge(index: int, k: int) -> float:  # what keeping node k (0-based) of the row adds to it
+            return prepares[index] * ((1.0 if k == 0 else 0.0) + rows[index].probs[k]) if draft_seconds is None else 0.0
 
-        charged = sum(charge(i, k) for i, k in enumerate(kept))
+        charged = sum(charge(i, j) for i, k in enumerate(kept) for j in range(k))
         # Every input count the search can reach, priced in one call (index: inputs - batch).
         full = [1 + r.base + sum(r.sizes) if r.probs else w for r, w in zip(rows, widths)]
         most = sum(full) if packed else batch * max(full)
@@ -369,7 +368,7 @@ class GoodputController:
                 levels[r.member] = max(levels.get(r.member, 0), k + 1)
                 nodes[r.member] = nodes.get(r.member, 0) + 1
                 drafting[r.member] = draft_cost(r.member)
-                charged += charge(index, k + 1) - charge(index, k)
+                charged += charge(index, k)
             rate = tokens / max(seconds(), 1e-12)
             if rate > best_rate:
                 best_rate, best_kept = rate, list(kept)
@@ -504,7 +503,10 @@ class GoodputController:
         items_per_row: list[_Items | None] = []
         cap_all = min(self.options.max_budget, max_nodes)
         margin = 1.0 - self.options.switch_margin
-        row_seconds = self._row_seconds(len(row_ids), row_contexts)
+        # A live batch's plain step, read once: what a row's probe holds up (its share) and what static-batch
+        # tokens are worth (`row_weights`). Frozen and lone rows are priced alone.
+        parts = self._step_parts(len(row_ids), row_contexts) if self.live and len(row_ids) > 1 else None
+        row_seconds = parts[1] / len(row_ids) if parts is not None else None
         for row_id, depth, context in zip(row_ids, max_depth, row_contexts):
             row = self._row(row_id, context)
             cap = max(0, min(cap_all, int(depth)))
@@ -650,7 +652,7 @@ class GoodputController:
             items_per_row.append(items)
             if look_first is not None:  # a free drafter's draft may beat this one: look first
                 look[-1], look_budget[-1], rate[-1] = look_first, self._free_budget(row, look_first, cap), pick_rate
-        weights, base = self._weights(row_ids, max_depth, waiting, row_contexts)
+        weights, base = self._weights(row_ids, max_depth, waiting, parts)
         if self.live and len(row_ids) > 1 and any(
                 c is not None and not f and not fo for c, f, fo in zip(choice, free, forced)):
             # The batch as a whole: one verification forward for every row, priced together.
@@ -758,13 +760,13 @@ class GoodputController:
         self.counts["plain_row_steps"] += count
 
     def _weights(self, row_ids: Sequence[int], max_depth: Sequence[int], waiting: bool,
-                 contexts: Sequence[float | None]) -> tuple[list[float], float | None]:
-        """`row_weights` for this step; the static-batch prices are only read where they are used (a live
-        batch of several rows with no prompt waiting), not on every step of every call."""
-        if not self.live or waiting or len(row_ids) <= 1:
+                 parts: tuple[float, float] | None) -> tuple[list[float], float | None]:
+        """`row_weights` for this step; `parts`: `_step_parts` of a live batch (None: frozen or a lone row,
+        whose tokens are weighted alike)."""
+        if parts is None or waiting:
             return [1.0] * len(row_ids), None
         rows = [self.rows[r] for r in row_ids]
-        return row_weights(max_depth, [row.pace for row in rows], waiting, *self._step_parts(len(row_ids), contexts),
+        return row_weights(max_depth, [row.pace for row in rows], waiting, *parts,
                            [self._first_acceptance(row) for row in rows])
 
     def _step_parts(self, batch: int, contexts: Sequence[float | None]) -> tuple[float, float]:
@@ -776,13 +778,6 @@ class GoodputController:
         full = table.verify(batch, batch, self.packed, context) + overhead
         less = table.verify(batch - 1, batch - 1, self.packed, context) + overhead if batch > 1 else 0.0
         return max(0.0, full - less), full
-
-    def _row_seconds(self, batch: int, contexts: Sequence[float | None]) -> float | None:
-        """A row's share of this step's plain forward (live batches; None: priced alone, as frozen rows
-        and lone rows are)."""
-        if not self.live or batch <= 1:
-            return None
-        return self._step_parts(batch, contexts)[1] / batch
 
     def _first_acceptance(self, row: _Row) -> float:
         """How likely the row's drafter's first node is accepted (its current one, else the first member)."""
