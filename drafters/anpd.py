@@ -23,7 +23,6 @@ import heapq
 import time
 from typing import Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specdec.draft import Draft
@@ -208,7 +207,7 @@ class AnpdDrafter(Drafter):
         Built lazily in `propose` instead, a first look behind a long prompt cost 10 plain steps of a small
         model; anpd then read as a costly drafter whose probes, priced with that catch-up, never looked
         worth it, and it stayed off for the rest of the process."""
-        budgets = state.draft_budget.tolist() if state.draft_budget is not None else None
+        budgets = state.draft_budgets()
         for b, (row, sequence) in enumerate(zip(state.row_ids, state.sequences)):
             if row not in self.tables and (budgets is None or budgets[b] > 0):
                 self._table(row, sequence)
@@ -219,8 +218,8 @@ class AnpdDrafter(Drafter):
         if len(self.tables) > state.batch_size:  # rows that left the batch are never seen again
             live = set(state.row_ids)
             self.tables = {row: table for row, table in self.tables.items() if row in live}
-        max_depth = state.max_depth.tolist()
-        budgets = state.draft_budget.tolist() if state.draft_budget is not None else None
+        max_depth = state.max_depths()
+        budgets = state.draft_budgets()
         rows = []
         row_scores: list[list[float]] | None = [] if budgets is not None else None  # for the controller
         for b, (row, sequence) in enumerate(zip(state.row_ids, state.sequences)):
@@ -253,9 +252,7 @@ class AnpdDrafter(Drafter):
                 row_scores.append(scores)
             if not tokens:
                 self._count("empty_drafts", 1)
-        draft = Draft.from_rows(rows)
-        if row_scores is not None and draft.width:
-            draft.scores = torch.tensor([scores + [0.0] * (draft.width - len(scores)) for scores in row_scores])
+        draft = Draft.from_rows(rows, scores=row_scores)
         self._count("propose_seconds", time.perf_counter() - started)
         return draft
 
@@ -263,8 +260,8 @@ class AnpdDrafter(Drafter):
         """Count exactly the committed tokens (accepted drafts, then the bonus) of each row."""
         started = time.perf_counter()
         if self.lengths is not None:
-            drafted = draft.num_nodes.tolist() if draft.width else [0] * state.batch_size
-            for row, count, kept in zip(state.row_ids, drafted, verdict.num_accepted.tolist()):
+            drafted = draft.sizes()
+            for row, count, kept in zip(state.row_ids, drafted, state.accepted_counts(verdict)):
                 self.lengths.update(row, count, kept)
         for b, row in enumerate(state.row_ids):
             table = self.tables.get(row)

@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -224,8 +225,10 @@ class FastDraftForward:
         in a batch, rows that stopped drafting cost nothing instead of a padded forward."""
         batch, steps = input_ids.shape
         device = self.embed.weight.device
+        start = np.atleast_1d(np.asarray(start.tolist() if isinstance(start, torch.Tensor) else start, dtype=np.int64))
+        start_d = torch.as_tensor(start, device=device)
         if rows is None:
-            cache.set_plan(start, steps)
+            cache.set_plan(start, steps, device=device)
             attend_len = cache.plan.attend_len
             uniform = cache.plan.uniform_start
         else:  # the cache's write plan (used by transformers' forward) is left alone
@@ -238,10 +241,10 @@ class FastDraftForward:
             mask = None  # one query sees every slot below it: no mask needed
         else:
             slot = torch.arange(attend_len, device=device)
-            last_visible = start.to(device)[:, None] + torch.arange(steps, device=device)[None, :]
+            last_visible = start_d[:, None] + torch.arange(steps, device=device)[None, :]
             mask = (slot[None, None, :] <= last_visible[:, :, None])[:, None]  # [B, 1, T, S] bool
         if uniform is None:
-            slots = start.to(device)[:, None] + torch.arange(steps, device=device)[None, :]
+            slots = start_d[:, None] + torch.arange(steps, device=device)[None, :]
             write_rows = (rows_d if rows is not None else torch.arange(batch, device=device))[:, None]
         for layer, (spec, feed_forward) in zip(cache.layers, self.layers):
             if spec is not None:  # the attention sub-block (a skipped one writes no KV)

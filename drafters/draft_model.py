@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -332,13 +333,13 @@ class DraftModelDrafter(Drafter):
         start = runner.write_start + offset
         fast = self._fast
         if fast is not None and fast.ready(runner.cache, int(start.max()) + steps):
-            positions = (runner.lengths + offset)[:, None] + torch.arange(steps)[None, :]
+            positions = torch.as_tensor((runner.lengths + offset)[:, None] + np.arange(steps)[None, :])
             # Sampling runs every row, so a row's q (and its draws) never depends on which
             # neighbours are still drafting; greedy drafts cannot change the output.
             if active is None or bool(active.all()) or not self.sampling.greedy:
                 return self._whole_vocab(fast(runner.cache, ids, start, positions, keep))
             rows = active.nonzero(as_tuple=True)[0]
-            part = fast(runner.cache, ids[rows.to(ids.device)], start[rows], positions[rows],
+            part = fast(runner.cache, ids[rows.to(ids.device)], start[rows.numpy()], positions[rows],
                         None if keep is None else keep[rows], rows=rows)
             logits = part.new_zeros(ids.shape[0], *part.shape[1:])
             logits[rows.to(part.device)] = part
@@ -425,7 +426,7 @@ class DraftModelDrafter(Drafter):
         active = None if all(working) else torch.tensor(working)
         root_logits = self._scratch(self.vocab.to_draft_ids(ids), 0, keep=last, active=active)
         fed = torch.tensor([len(seq) for seq in sequences])
-        runner.set_lengths(fed if active is None else torch.where(active, fed, runner.lengths))
+        runner.set_lengths(fed if active is None else torch.where(active, fed, torch.from_numpy(runner.lengths)))
         return self.vocab.to_target(root_logits.float()).to(self.device)
 
     def _choose(self, logits: torch.Tensor, count: int, generator: RowGenerators, drafting: torch.Tensor):
@@ -453,7 +454,7 @@ class DraftModelDrafter(Drafter):
         working = self._working_rows(depths)
         self._ensure_rows(working)  # already done when the engine called `prepare`
         runner = self._runner
-        runner.set_lengths(torch.minimum(runner.lengths, torch.tensor([len(seq) - 1 for seq in state.sequences])))
+        runner.set_lengths(np.minimum(runner.lengths, [len(seq) - 1 for seq in state.sequences]))
         if self.draft_context is not None:
             # Pending tokens are fed right-padded to the longest pending run of the batch.
             width = max(len(seq) - int(start) for seq, start, work in zip(state.sequences, runner.lengths.tolist(),
@@ -576,7 +577,7 @@ class DraftModelDrafter(Drafter):
                 keep[b] = j + 1
         if last["kind"] == "chain":
             # Drafted token j sits at slot length + j, exactly where the committed token j goes.
-            runner.set_lengths(runner.lengths + keep)
+            runner.set_lengths(runner.lengths + keep.numpy())
         else:
             # Only the kept columns: the rest of the path may point at nodes that were never fed.
             runner.commit(path[:, : int(keep.max())] + 1, keep)

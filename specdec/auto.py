@@ -135,7 +135,7 @@ class AutoDrafter(Drafter):
     def propose(self, state: DecodeState) -> Draft:
         batch = state.batch_size
         choice = state.draft_choice or [next(iter(self.members))] * batch
-        budget = state.draft_budget.tolist() if state.draft_budget is not None else [1 << 30] * batch
+        budget = state.draft_budgets() or [1 << 30] * batch
         self.last_draft_seconds = {}
         drafts = self.propose_members(state, choice, budget)
         return self.merge([drafts.get(name) if name is not None else None for name in choice], batch)
@@ -145,7 +145,7 @@ class AutoDrafter(Drafter):
         took are in `last_prepare_seconds` (a draft model's prefill and a lookup table differ a hundredfold:
         the controller prices each member's from its own)."""
         choice = state.draft_choice or [next(iter(self.members))] * state.batch_size
-        budget = state.draft_budget.tolist() if state.draft_budget is not None else [1 << 30] * state.batch_size
+        budget = state.draft_budgets() or [1 << 30] * state.batch_size
         self.last_prepare_seconds = {}
         for name, member in self.members.items():
             part = _member_state(state, name, choice, budget)
@@ -195,11 +195,12 @@ def _member_state(state: DecodeState, name: str, choice: list[str | None], budge
     rows = torch.tensor([c == name for c in choice])
     if not bool(rows.any()):
         return None
+    own = [b if c == name else 0 for b, c in zip(budget, choice)]
     return DecodeState(row_ids=state.row_ids, sequences=state.sequences, max_depth=state.max_depth,
                        sampling=state.sampling, generator=state.generator, target=state.target,
-                       step=state.step, scratch=state.scratch,
-                       draft_budget=torch.where(rows, torch.tensor(budget, dtype=torch.long), 0),
-                       draft_choice=[c if c == name else None for c in choice]), rows
+                       step=state.step, scratch=state.scratch, draft_budget=torch.tensor(own, dtype=torch.long),
+                       draft_choice=[c if c == name else None for c in choice], max_depth_host=state.max_depth_host,
+                       draft_budget_host=own), rows
 
 
 def _only_rows(draft: Draft, rows: torch.Tensor) -> Draft:

@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .acceptance import DECAY, PRIOR_WEIGHT, RowAcceptance
 from .costs import CostModel, CostTable
 from .draft import Draft, Verdict
-from .validation import keep_nodes
+from .validation import keep_nodes, narrow_draft
 
 #: Pooled (drafter-level) estimates forget more slowly than a row's: they are a prior, not a reading.
 POOLED_DECAY = 0.98
@@ -800,9 +800,13 @@ class GoodputController:
             engaged = [name is not None and budget > 0 for name, budget in zip(plan.choice, plan.budget)]
             return draft, Cut([[] for _ in range(batch)], [None] * batch, [0] * batch, [0] * batch,
                               [0.0] * batch, engaged, [1.0] * batch)
-        counts = draft.num_nodes.tolist()
-        parents = draft.parents.tolist() if width else [[] for _ in range(batch)]
-        scores_all = draft.scores.tolist() if draft.scores is not None and width else None
+        host = draft.host  # the engine's drafts carry their host view (validation reads it otherwise)
+        counts = draft.sizes()
+        parents = [host.parents_of(b) for b in range(batch)] if host is not None and width else (
+            draft.parents.tolist() if width else [[] for _ in range(batch)])
+        scores_all = None
+        if draft.scores is not None and width:
+            scores_all = host.scores if host is not None and host.scores is not None else draft.scores.tolist()
         anchors = _extra_anchors(draft)
         orders: list[list[int]] = []
         items_rows: list[_Items] = []
@@ -869,7 +873,7 @@ class GoodputController:
         if prefix and kept_counts == counts:
             cut_draft = draft  # nothing cut
         elif prefix:  # chains and breadth-first trees: a slice, no reordering
-            cut_draft = _sliced(draft, kept_counts)
+            cut_draft = narrow_draft(draft, kept_counts)
         elif width or draft.extra is not None:
             cut_draft = keep_nodes(draft, keep, None, engaged)
         else:
@@ -924,11 +928,14 @@ class GoodputController:
             if look is None:  # the free drafter was this row's own choice
                 rows[b] = draft
                 continue
-            n = int(draft.num_nodes[b])
+            host = draft.host
+            n = host.sizes[b] if host is not None else int(draft.num_nodes[b])
             if n == 0:
                 continue
-            parents = draft.parents[b].tolist()
-            scores = draft.scores[b].tolist() if draft.scores is not None else None
+            parents = host.parents_of(b) if host is not None else draft.parents[b].tolist()
+            scores = None
+            if draft.scores is not None:
+                scores = host.scores[b] if host is not None and host.scores is not None else draft.scores[b].tolist()
             _, _, probs = self._rank(b, look, n, parents, scores, scores is not None)
             sizes = [1] * n
             rates = self._prefix_rates(_Items(probs, sizes, 0, member=None,
@@ -945,7 +952,7 @@ class GoodputController:
                 if name is not None:
                     rows[b] = late[name]
         state.draft_choice = list(plan.choice)
-        state.draft_budget = torch.tensor(plan.budget, dtype=torch.long)
+        state.set_draft_budget(plan.budget)
         return drafter.merge(rows, batch)
 
     def _frozen_rows(self, batch: int) -> bool:
@@ -962,15 +969,17 @@ class GoodputController:
         return self.rows[self._current_ids[b]]
 
     # -- learning ----------------------------------------------------------------------------------
-    def observe(self, plan: Plan, cut: Cut, verdict: Verdict, timings: dict[str, Any]) -> None:
-        """Update every row's estimates from the verdict, and (live) the cost model from the timings."""
+    def observe(self, plan: Plan, cut: Cut, verdict: Verdict, timings: dict[str, Any],
+                accepted: list[int] | None = None, paths: list[list[int]] | None = None) -> None:
+        """Update every row's estimates from the verdict, and (live) the cost model from the timings.
+        `accepted` and `paths` (trees; None: chains' prefixes): the engine's host copy of the verdict."""
         if self._run is not None and plan is self._run.plan:
             self._run.observed += 1
             counts = [0] * len(plan.choice)
         elif plan.plain:
             counts = self._observe_plain()
         else:
-            counts = self._observe_rows(plan, cut, verdict)
+            counts = self._observe_rows(plan, cut, verdict, accepted, paths)
         if self.options.trace:
             self.trace.append({"rows": list(self._current_ids), "choice": list(plan.choice),
                                "budget": list(plan.budget), "probe": list(plan.probe),
@@ -995,10 +1004,14 @@ class GoodputController:
         self.counts["plain_row_steps"] += count
         return [0] * count
 
-    def _observe_rows(self, plan: Plan, cut: Cut, verdict: Verdict) -> list[int]:
+    def _observe_rows(self, plan: Plan, cut: Cut, verdict: Verdict, accepted: list[int] | None = None,
+                      paths: list[list[int]] | None = None) -> list[int]:
         """Each row's estimates from a step where some row drafted; returns the accepted counts."""
-        counts = verdict.num_accepted.tolist()
-        paths = verdict.accepted.tolist() if verdict.accepted.numel() else [[] for _ in counts]
+        counts = list(accepted) if accepted is not None else verdict.num_accepted.tolist()
+        if accepted is not None:
+            paths = paths if paths is not None else [list(range(n)) for n in counts]
+        else:
+            paths = verdict.accepted.tolist() if verdict.accepted.numel() else [[] for _ in counts]
         batch = len(self._current_ids)
         for b, row_id in enumerate(self._current_ids):
             row = self.rows[row_id]
@@ -1169,15 +1182,6 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool, 
         after[count - 1 - i] = after[count - i] * factors[count - 1 - i]
     return [(marginal + (ending * before[i] * after[i + 1] if last[i] else 0.0)) / max(p, 1.0)
             for i, p in enumerate(pace)], step
-
-
-def _sliced(draft: Draft, counts: list[int]) -> Draft:
-    """The first counts[b] nodes of each row (in node order, so every parent stays), narrowed."""
-    width = max(counts, default=0)
-    device = draft.tokens.device
-    return Draft(draft.tokens[:, :width], draft.parents[:, :width], torch.tensor(counts, device=device),
-                 None if draft.q is None else draft.q[:, :width],
-                 None, None if draft.scores is None else draft.scores[:, :width])
 
 
 def _monotone(scores: list[float], parents: list[int]) -> list[float]:

@@ -30,6 +30,27 @@ class ExtraSlots:
 
 
 @dataclass
+class DraftHost:
+    """What the drafter knows on the host about its draft's small index data (Python lists), so the engine
+    and the controller never read it back from the device (on a GPU each read is a synchronisation).
+    `Draft.chain` and `Draft.from_rows` fill it; a draft without it is read back once per step."""
+
+    sizes: list[int]  # num_nodes per row
+    chain: bool  # every row's nodes form a chain (parents -1, 0, 1, ...)
+    parents: list[list[int]] | None = None  # per row, its sizes[b] parents (None: a chain's)
+    scores: list[list[float]] | None = None  # per row, its sizes[b] scores (when the draft has scores)
+
+    def parents_of(self, row: int) -> list[int]:
+        return list(range(-1, self.sizes[row] - 1)) if self.parents is None else self.parents[row]
+
+    def narrowed(self, counts: list[int]) -> DraftHost:
+        """The first counts[b] nodes of each row (a chain's or a breadth-first tree's prefix)."""
+        return DraftHost(list(counts), self.chain,
+                         None if self.parents is None else [p[:n] for p, n in zip(self.parents, counts)],
+                         None if self.scores is None else [s[:n] for s, n in zip(self.scores, counts)])
+
+
+@dataclass
 class Draft:
     """Per row a token tree: tokens, parents, and optionally q (the distribution each was drawn from)."""
 
@@ -43,6 +64,7 @@ class Draft:
     # deterministic draft and calibrates scores online into acceptance probabilities; unscored drafts are
     # cut by node order (chains by depth, trees breadth-first in the order given).
     scores: torch.Tensor | None = None
+    host: DraftHost | None = None  # the same index data on the host, when the drafter knows it
 
     @property
     def batch_size(self) -> int:
@@ -53,6 +75,10 @@ class Draft:
         """Padded node count N."""
         return self.tokens.shape[1]
 
+    def sizes(self) -> list[int]:
+        """num_nodes on the host: the drafter's own copy, else read back (a device read)."""
+        return list(self.host.sizes) if self.host is not None else self.num_nodes.tolist()
+
     def node_mask(self) -> torch.Tensor:
         """[B, N] bool: which entries are real nodes."""
         return torch.arange(self.width, device=self.tokens.device)[None, :] < self.num_nodes[:, None]
@@ -60,31 +86,40 @@ class Draft:
     @classmethod
     def empty(cls, batch_size: int, device: torch.device | str = "cpu") -> Draft:
         zeros = torch.zeros(batch_size, 0, dtype=torch.long, device=device)
-        return cls(zeros, zeros.clone(), torch.zeros(batch_size, dtype=torch.long, device=device))
+        return cls(zeros, zeros.clone(), torch.zeros(batch_size, dtype=torch.long, device=device),
+                   host=DraftHost([0] * batch_size, True))
 
     @classmethod
     def chain(
         cls,
         tokens: torch.Tensor,
-        lengths: torch.Tensor | None = None,
+        lengths: torch.Tensor | Sequence[int] | None = None,
         q: torch.Tensor | None = None,
         scores: torch.Tensor | None = None,
     ) -> Draft:
-        """A chain per row from padded tokens [B, K]; `lengths` [B] defaults to K everywhere."""
+        """A chain per row from padded tokens [B, K]; `lengths` [B] defaults to K everywhere. Lengths given
+        as a list (host data) spare the engine reading them back from the device."""
         batch, width = tokens.shape
         device = tokens.device
         parents = (torch.arange(width, device=device) - 1).expand(batch, width).clone()
+        sizes = None
         if lengths is None:
-            lengths = torch.full((batch,), width, dtype=torch.long, device=device)
-        return cls(tokens.long(), parents, lengths.long().to(device), q, scores=scores)
+            sizes = [width] * batch
+        elif not isinstance(lengths, torch.Tensor):
+            sizes = [int(n) for n in lengths]
+        counts = torch.tensor(sizes, dtype=torch.long, device=device) if sizes is not None else lengths.long().to(device)
+        host = DraftHost(sizes, True) if sizes is not None else None  # scores, if any, stay on the device
+        return cls(tokens.long(), parents, counts, q, scores=scores, host=host)
 
     @classmethod
     def from_rows(
         cls,
         rows: Sequence[tuple[Sequence[int], Sequence[int]]],
         device: torch.device | str = "cpu",
+        scores: Sequence[Sequence[float]] | None = None,
     ) -> Draft:
-        """Build from per-row (tokens, parents) lists; convenient for drafters written in Python."""
+        """Build from per-row (tokens, parents) lists (and optional per-row scores); convenient for drafters
+        written in Python. The lists stay on the host too (`Draft.host`)."""
         width = max((len(tokens) for tokens, _ in rows), default=0)
         padded_tokens, padded_parents, counts = [], [], []
         for b, (tokens, parents) in enumerate(rows):
@@ -96,9 +131,20 @@ class Draft:
             counts.append(len(tokens))
         # One tensor per field from Python lists: drafters written in Python call this every step.
         shape = (len(rows), width)
-        tokens_out = torch.tensor(padded_tokens, dtype=torch.long).reshape(shape)
-        parents_out = torch.tensor(padded_parents, dtype=torch.long).reshape(shape)
-        return cls(tokens_out.to(device), parents_out.to(device), torch.tensor(counts, dtype=torch.long).to(device))
+        tokens_out = torch.tensor(padded_tokens, dtype=torch.long, device=device).reshape(shape)
+        parents_out = torch.tensor(padded_parents, dtype=torch.long, device=device).reshape(shape)
+        parent_lists = [[int(p) for p in parents] for _, parents in rows]
+        chain = all(p == list(range(-1, len(p) - 1)) for p in parent_lists)
+        score_lists = None
+        score_tensor = None
+        if scores is not None:
+            score_lists = [[float(x) for x in row[: counts[b]]] for b, row in enumerate(scores)]
+            if width:
+                score_tensor = torch.tensor([row + [0.0] * (width - len(row)) for row in score_lists],
+                                            device=device).reshape(shape)
+        host = DraftHost(counts, chain, None if chain else parent_lists, score_lists if score_tensor is not None else None)
+        return cls(tokens_out, parents_out, torch.tensor(counts, dtype=torch.long, device=device), scores=score_tensor,
+                   host=host)
 
 
 @dataclass

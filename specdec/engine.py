@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from .controller import ControllerOptions, GoodputController, Member, Plan
@@ -33,7 +34,7 @@ from .sampling import SamplingParams
 from .stats import GenerationStats
 from .stopping import StopChecker
 from .target import TargetRunner, context_length, model_device
-from .validation import prune_draft, validate_draft, validate_verdict
+from .validation import explain_draft, explain_verdict, prune_draft, validate_draft, verdict_problems
 
 #: Cache slots reserved per row beyond prompt + output for the draft of a step (grown when exceeded).
 DRAFT_SLOTS_RESERVED = 16
@@ -54,6 +55,17 @@ class EngineConfig:
 
 
 @dataclass
+class StepOutcome:
+    """What the host learns of a verified step, from its one read-back (`SpeculativeEngine._read_back`)."""
+
+    accepted: list[int]  # accepted nodes per row
+    bonus: list[int]  # the target's token after each row's accepted path
+    tokens: list[list[int]]  # the accepted nodes' tokens per row
+    paths: list[list[int]] | None  # accepted node indices per row (trees; None: a chain's are 0, 1, ...)
+    depths: list[int]  # each row's deepest drafted node
+
+
+@dataclass
 class RowResult:
     tokens: list[int] = field(default_factory=list)
     finish_reason: str = "length"
@@ -61,21 +73,24 @@ class RowResult:
 
 def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """From input-index parents [B, T] (parent < t; the root, t = 0, is its own parent) build
-    depths [B, T] and visibility [B, T, T] (ancestor-or-self). One iteration per tree level."""
+    depths [B, T] and visibility [B, T, T] (ancestor-or-self), on the parents' device.
+
+    Pointer doubling: after round k each input knows its ancestors up to 2^k steps up, so ceil(log2 T)
+    rounds cover any tree; a fixed count, so nothing is read back to test for convergence."""
     batch, steps = parents.shape
+    device = parents.device
     if steps == 1:  # only the root: plain decoding
-        return torch.zeros(batch, 1, dtype=torch.long), torch.ones(batch, 1, 1, dtype=torch.bool)
-    eye = torch.eye(steps, dtype=torch.bool).expand(batch, steps, steps)
-    visible = eye.clone()
-    depth = torch.zeros(batch, steps, dtype=torch.long)
-    is_root = torch.arange(steps)[None, :] == 0
-    gather_rows = parents[:, :, None].expand(batch, steps, steps)
-    for _ in range(steps):
-        new_depth = torch.where(is_root, 0, depth.gather(1, parents) + 1)
-        new_visible = eye | visible.gather(1, gather_rows)
-        if torch.equal(new_depth, depth) and torch.equal(new_visible, visible):
-            break
-        depth, visible = new_depth, new_visible
+        return (torch.zeros(batch, 1, dtype=torch.long, device=device),
+                torch.ones(batch, 1, 1, dtype=torch.bool, device=device))
+    index = torch.arange(steps, device=device)
+    visible = (index[:, None] == index[None, :]).expand(batch, steps, steps) | torch.nn.functional.one_hot(
+        parents, steps).bool()
+    depth = (index != 0).long().expand(batch, steps).clone()
+    jump = parents
+    for _ in range((steps - 1).bit_length()):
+        visible = visible | visible.gather(1, jump[:, :, None].expand(batch, steps, steps))
+        depth = depth + depth.gather(1, jump)
+        jump = jump.gather(1, jump)
     return depth, visible
 
 
@@ -189,11 +204,12 @@ class SpeculativeEngine:
             stats.setup_cpu_time = time.process_time() - cpu_started  # decode-only CPU = total - this
             step = 0
             while active:
+                depth_limits = [budgets[row] - len(results[row].tokens) - 1 for row in active]
                 state = DecodeState(
                     row_ids=list(active),
                     sequences=[sequences[row] for row in active],
-                    max_depth=torch.tensor([budgets[row] - len(results[row].tokens) - 1 for row in active]),
-                    sampling=config.sampling, generator=generators.select(active), target=target, step=step,
+                    max_depth=torch.tensor(depth_limits), sampling=config.sampling,
+                    generator=generators.select(active), target=target, step=step, max_depth_host=depth_limits,
                 )
                 if controller is not None:
                     self._measure(controller, target, len(active), stats)
@@ -212,7 +228,7 @@ class SpeculativeEngine:
                         keep = compaction_order(len(active), leaving)
                         active = [active[i] for i in keep]
                         if active:
-                            target.select_rows(torch.tensor(keep, dtype=torch.long))
+                            target.select_rows(keep)
         finally:
             if controller is not None:
                 controller.finish()
@@ -284,7 +300,7 @@ class SpeculativeEngine:
             prompt = prompts[row]
             prefill_ids[index, : len(prompt) - 1] = torch.as_tensor(prompt[:-1], dtype=torch.long)
             prefill_ids[index, len(prompt) - 1 :] = prompt[-1]  # right padding: never attended to
-        target.prefill(prefill_ids, torch.tensor([len(prompts[row]) - 1 for row in rows]))
+        target.prefill(prefill_ids, [len(prompts[row]) - 1 for row in rows])
         return target
 
     def _admit(self, target: TargetRunner, prompts: list[list[int]], rows: list[int], positions: list[int],
@@ -309,22 +325,26 @@ class SpeculativeEngine:
         controller: GoodputController | None = None,
         waiting: bool = False,
     ) -> set[int]:
+        """One guess-and-verify step. Everything between the draft and the verdict stays on the model's
+        device; the host learns the step's outcome from one read-back (`_read_back`)."""
         t0 = time.perf_counter()
         clock = controller.clock if controller is not None else None
         c0 = clock() if clock else 0.0
         batch = state.batch_size
+        device = self.device
         plan: Plan | None = None
         if controller is not None:
-            plan = controller.plan(state.row_ids, state.max_depth.tolist(), self.config.max_draft_nodes, waiting,
+            plan = controller.plan(state.row_ids, state.max_depths(), self.config.max_draft_nodes, waiting,
                                    target.lengths.tolist())
-            state.draft_budget = plan.budget_tensor()
+            state.set_draft_budget(plan.budget)
             state.draft_choice = list(plan.choice)
+        draft_problem: torch.Tensor | None = None
         if plan is not None and plan.plain:
             # The controller decodes every row plainly: the drafter is not asked (on a 2 ms step its
             # prepare and propose cost ~2%); it still sees the committed tokens in `observe`.
             prepared = prepared_clock = 0.0
             c_plan = clock() if clock else 0.0
-            draft = Draft.empty(batch, self.device)
+            draft = Draft.empty(batch, device)
         else:
             prepared, prepared_clock = self._prepare(state, stats, clock)
             c_plan = clock() if clock else 0.0
@@ -332,12 +352,12 @@ class SpeculativeEngine:
                 draft = self._drafter_call("propose", controller.propose, self.drafter, state, plan)
             else:
                 draft = self._drafter_call("propose", self.drafter.propose, state)
-            draft = validate_draft(draft, self.drafter.name, batch, self.vocab_size, self.config.max_draft_nodes,
-                                   self.device)
+            draft, draft_problem = validate_draft(draft, self.drafter.name, batch, self.vocab_size,
+                                                  self.config.max_draft_nodes, device)
             extra_limit = None  # extra slots may sit anywhere below the context limit
             if draft.extra is not None and self.context is not None:
-                extra_limit = torch.tensor(self.context - 1) - target.lengths
-            draft = prune_draft(draft, state.max_depth, extra_limit)
+                extra_limit = (self.context - 1) - target.lengths
+            draft = prune_draft(draft, state.max_depths(), extra_limit)
         c_proposed = clock() if clock else 0.0
         cut = None
         draft_before_cut = draft
@@ -349,36 +369,46 @@ class SpeculativeEngine:
         c1 = clock() if clock else 0.0
 
         # Inputs: [root, nodes (N), extras (E)]; parents in input indices (root = 0 = its own parent).
+        host = draft.host
         width = draft.width
-        roots = torch.tensor([[seq[-1]] for seq in state.sequences], dtype=torch.long)
-        node_mask = draft.node_mask().cpu()
+        roots = torch.tensor([[seq[-1]] for seq in state.sequences], dtype=torch.long, device=device)
+        node_mask = draft.node_mask()
+        zero = torch.zeros(batch, 1, dtype=torch.long, device=device)
         if width:
-            node_parents = torch.where(node_mask, draft.parents.cpu() + 1, 0)
-            tokens = torch.cat([roots, torch.where(node_mask, draft.tokens.cpu(), roots)], dim=1)
-            parents = torch.cat([torch.zeros(batch, 1, dtype=torch.long), node_parents], dim=1)
+            # Values a failed check (read back below) would reject are made harmless for the forward first.
+            index = torch.arange(width, device=device)
+            safe_parents = torch.minimum(draft.parents.clamp(min=-1), index - 1)
+            safe_tokens = draft.tokens.clamp(0, self.vocab_size - 1)
+            node_parents = torch.where(node_mask, safe_parents + 1, 0)
+            tokens = torch.cat([roots, torch.where(node_mask, safe_tokens, roots)], dim=1)
+            parents = torch.cat([zero, node_parents], dim=1)
         else:  # plain decoding step
-            tokens, parents = roots, torch.zeros(batch, 1, dtype=torch.long)
+            tokens, parents = roots, zero
+        sizes = np.asarray(host.sizes, dtype=np.int64)
+        columns = np.arange(1 + width)[None, :]
+        valid = (columns == 0) | (columns <= sizes[:, None])  # host: real inputs per row
         extra: ExtraSlots | None = draft.extra
+        useful = batch + int(sizes.sum())
         if extra is not None and extra.embeds.shape[1]:
-            extra_mask = torch.arange(extra.embeds.shape[1])[None, :] < extra.num_slots.cpu()[:, None]
-            extra_parents = torch.where(extra_mask, extra.parents.cpu() + 1, 0)
+            slots = extra.embeds.shape[1]
+            slot_counts = np.asarray(extra.num_slots.tolist(), dtype=np.int64)  # extra slots (PPD) read their counts
+            extra_mask = torch.arange(slots, device=device)[None, :] < extra.num_slots.to(device)[:, None]
+            extra_parents = torch.where(extra_mask, extra.parents.to(device).clamp(min=-1) + 1, 0)
             parents = torch.cat([parents, extra_parents], dim=1)
-            roots_ext = roots.expand(batch, extra.embeds.shape[1])
-            input_ids = torch.cat([tokens, roots_ext], dim=1)
+            input_ids = torch.cat([tokens, roots.expand(batch, slots)], dim=1)
+            valid = np.concatenate([valid, np.arange(slots)[None, :] < slot_counts[:, None]], axis=1)
+            useful += int(slot_counts.sum())
         else:
             extra = None
             input_ids = tokens
         depths, visible = tree_layout(parents)
         # Real inputs (the rest pad rows to the widest): packed verification computes only these.
-        valid = torch.cat([torch.ones(batch, 1, dtype=torch.bool)] + ([node_mask] if width else [])
-                          + ([extra_mask] if extra is not None else []), dim=1)
         stats.input_slots += parents.numel()
-        useful = batch + int(draft.num_nodes.sum()) + (int(extra.num_slots.sum()) if extra is not None else 0)
         stats.useful_input_slots += useful
         if cut is not None:
             cut.inputs = useful if target.packed_inputs else parents.numel()
         if extra is None:
-            logits = target.verify_forward(input_ids, depths, visible, valid=valid)
+            logits = target.verify_forward(input_ids, depths, visible, valid=valid, chain=host.chain)
         else:
             logits = target.verify_forward(tokens, depths, visible, extra.embeds, valid=valid)
         del input_ids
@@ -391,12 +421,14 @@ class SpeculativeEngine:
             raise
         except Exception as error:
             raise VerifierError(f"verifier {self.verifier.name!r} raised: {error!r}") from error
-        verdict = validate_verdict(verdict, draft, self.verifier.name)
+        verdict_problem = verdict_problems(verdict, draft, self.verifier.name)
+        outcome = self._read_back(draft, verdict, depths, draft_problem, verdict_problem)
         t3 = time.perf_counter()
         c3 = clock() if clock else 0.0
 
-        finished, committed = self._commit(state, draft, verdict, target, sequences, results, stoppers, budgets,
-                                           stats)
+        finished, committed = self._commit(state, outcome, verdict, host.chain, target, sequences, results, stoppers,
+                                           budgets, stats)
+        state.accepted = list(outcome.accepted)
         extra_logits = logits[:, 1 + width :] if extra is not None else None
         self._drafter_call("observe", self.drafter.observe, state, draft, verdict, committed, extra_logits)
         t4 = time.perf_counter()
@@ -404,16 +436,14 @@ class SpeculativeEngine:
 
         stats.batch_steps += 1
         stats.steps += batch
-        stats.drafted_per_step.append(int(draft.num_nodes.sum()))
-        stats.accepted_per_step.append(int(verdict.num_accepted.sum()))
-        for row, drafted, accepted in zip(state.row_ids, draft.num_nodes.tolist(), verdict.num_accepted.tolist()):
+        stats.drafted_per_step.append(int(sizes.sum()))
+        stats.accepted_per_step.append(sum(outcome.accepted))
+        for row, drafted, accepted in zip(state.row_ids, host.sizes, outcome.accepted):
             stats.no_draft_row_steps += drafted == 0
             stats.row_steps[row] += 1
             stats.row_drafted[row] += drafted
             stats.row_accepted[row] += accepted
-        depth_of_nodes = depths[:, 1 : 1 + width] * node_mask
-        stats.record_depths(verdict.num_accepted.tolist(),
-                            depth_of_nodes.max(dim=1).values.tolist() if width else [0] * batch)
+        stats.record_depths(outcome.accepted, outcome.depths)
         stats.draft_time += t1 - t0 - prepared
         stats.verify_time += t2 - t1
         stats.other_time += (t3 - t2) + (t4 - t3)
@@ -425,11 +455,49 @@ class SpeculativeEngine:
                 "verify": (c3 - c1) if self.device.type == "cuda" else (c2 - c1),
                 "other": (c3 - c2) + (c4 - c3) + (c_plan - c0 - prepared_clock) + (c1 - c_proposed),
                 "draft": drafting, "draft_by_member": {} if plan.plain else self._draft_costs(draft_before_cut, drafting),
-                "prepare_by_member": None if plan.plain else self._prepare_costs(prepared_clock)})
+                "prepare_by_member": None if plan.plain else self._prepare_costs(prepared_clock)},
+                outcome.accepted, outcome.paths)
             if finished:
                 controller.forget([row for row in state.row_ids if row not in finished])
             stats.other_time += time.perf_counter() - t4  # the controller's own learning
         return finished
+
+    def _read_back(self, draft: Draft, verdict: Verdict, depths: torch.Tensor, draft_problem: torch.Tensor | None,
+                   verdict_problem: torch.Tensor | None) -> StepOutcome:
+        """The step's one read of device data: accepted counts, bonus tokens, accepted tokens, the two
+        validation flags, and for trees the accepted paths and each row's deepest node, packed into one
+        tensor. Raises for an invalid draft or verdict before anything is committed."""
+        batch, width = draft.batch_size, draft.width
+        device = self.device
+        counts = verdict.num_accepted.to(device).long()
+        accepted = verdict.accepted.to(device).long()
+        columns = accepted.shape[1] if width else 0
+        path = accepted[:, :columns]
+        path_tokens = draft.tokens.gather(1, path.clamp(0, max(width - 1, 0))) if columns else path
+        no = torch.zeros((), dtype=torch.bool, device=device)
+        flags = torch.stack([no if draft_problem is None else draft_problem.to(device),
+                             no if verdict_problem is None else verdict_problem.to(device)]).long()
+        parts = [counts, verdict.bonus.to(device).long(), flags, path_tokens.reshape(-1)]
+        tree = width and not draft.host.chain
+        if tree:
+            node_depths = depths[:, 1 : 1 + width] * draft.node_mask()
+            parts += [path.reshape(-1), node_depths.max(dim=1).values]
+        values = torch.cat(parts).tolist()
+        if values[2 * batch]:
+            raise explain_draft(draft, self.drafter.name, self.vocab_size)
+        if values[2 * batch + 1]:
+            raise explain_verdict(verdict, draft, self.verifier.name)
+        count_list = values[:batch]
+        offset = 2 * batch + 2
+        token_rows = [values[offset + b * columns : offset + b * columns + count_list[b]] for b in range(batch)]
+        offset += batch * columns
+        if tree:
+            paths = [values[offset + b * columns : offset + b * columns + count_list[b]] for b in range(batch)]
+            depth_list = values[offset + batch * columns :]
+        else:
+            paths = None
+            depth_list = list(draft.host.sizes)  # a chain's deepest node is its last
+        return StepOutcome(count_list, values[batch : 2 * batch], token_rows, paths, depth_list)
 
     def _prepare(self, state: DecodeState, stats: GenerationStats,
                  clock: Callable[[], float] | None) -> tuple[float, float]:
@@ -460,14 +528,15 @@ class SpeculativeEngine:
             spent = dict(per_member)
             per_member.clear()  # per step
             return spent
-        counts = draft.num_nodes.tolist()
+        counts = draft.sizes()
         return {self.drafter.name: (max(counts, default=0), sum(counts), seconds)}  # levels: a chain's
 
     def _commit(
         self,
         state: DecodeState,
-        draft: Draft,
+        outcome: StepOutcome,
         verdict: Verdict,
+        chain: bool,
         target: TargetRunner,
         sequences: list[list[int]],
         results: list[RowResult],
@@ -476,14 +545,12 @@ class SpeculativeEngine:
         stats: GenerationStats,
     ) -> tuple[set[int], list[list[int]]]:
         """Append accepted tokens and the bonus per row, stop rows that hit eos/stop/budget, and
-        compact the KV cache to the accepted path."""
-        accepted_tokens = verdict.accepted_tokens(draft).cpu().tolist()
-        counts = verdict.num_accepted.cpu().tolist()
-        bonus = verdict.bonus.cpu().tolist()
+        compact the KV cache to the accepted path (nothing moves for a chain: its accepted nodes already
+        follow the root)."""
         finished: set[int] = set()
         committed: list[list[int]] = []
         for b, row in enumerate(state.row_ids):
-            new = accepted_tokens[b][: counts[b]] + [bonus[b]]
+            new = outcome.tokens[b] + [outcome.bonus[b]]
             room = budgets[row] - len(results[row].tokens)
             kept, reason = stoppers[row].scan(results[row].tokens, new[:room])
             if reason is None and len(results[row].tokens) + len(kept) >= budgets[row]:
@@ -498,5 +565,5 @@ class SpeculativeEngine:
                 finished.add(row)
             if self.streamer is not None and kept:
                 self.streamer.put(torch.tensor(kept, dtype=torch.long))
-        target.commit((verdict.accepted + 1).cpu().clamp(min=0), verdict.num_accepted.cpu())
+        target.commit(verdict.accepted + 1, outcome.accepted, moved=not chain)
         return finished, committed

@@ -8,19 +8,24 @@ rejected drafts are simply left beyond the row's length and overwritten by the n
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 
 class _WritePlan:
-    """Where the current forward writes and how far it reads; shared by all layers of one cache."""
+    """Where the current forward writes and how far it reads; shared by all layers of one cache.
+
+    The plan is host data (numpy), known before the forward; what the layers index with is copied to the
+    device once per forward (`slots`, `packed_rows`, `packed_slots`), not once per layer."""
 
     def __init__(self) -> None:
-        self.start = torch.zeros(0, dtype=torch.long)  # [B] first slot written per row
+        self.start = np.zeros(0, dtype=np.int64)  # [B] first slot written per row (host)
         self.uniform_start: int | None = 0  # set when every row starts at the same slot
         self.attend_len = 0
+        self.slots: torch.Tensor | None = None  # [B, T] slots written (device; ragged rows only)
         # Packed inputs (EMS-SD "unpad input"): token g of the packed [1, N] input goes to
-        # (packed_rows[g], packed_slots[g]); None for the usual [B, T] inputs.
+        # (packed_rows[g], packed_slots[g]) (device); None for the usual [B, T] inputs.
         self.packed_rows: torch.Tensor | None = None
         self.packed_slots: torch.Tensor | None = None
         self.allocated = 0  # bytes held by all layers' buffers
@@ -47,7 +52,7 @@ class RaggedLayer(CacheLayerMixin):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         heads = key_states.shape[1]
         # A packed first forward (unpadded prefill) arrives as [1, H, N, D]: the plan knows the rows.
-        batch = self.plan.start.numel() if self.plan.packed_rows is not None else key_states.shape[0]
+        batch = len(self.plan.start) if self.plan.packed_rows is not None else key_states.shape[0]
         self.dtype, self.device = key_states.dtype, key_states.device
         self.keys = key_states.new_zeros(batch, heads, self.capacity, key_states.shape[-1])
         self.values = value_states.new_zeros(batch, value_states.shape[1], self.capacity, value_states.shape[-1])
@@ -75,7 +80,7 @@ class RaggedLayer(CacheLayerMixin):
         if plan.attend_len > self.keys.shape[2]:
             self._grow(plan.attend_len)
         if plan.packed_rows is not None:  # key_states [1, H, N, D]: scatter each token to its row's slot
-            rows, slots = plan.packed_rows.to(self.device), plan.packed_slots.to(self.device)
+            rows, slots = plan.packed_rows, plan.packed_slots
             self.keys[rows, :, slots] = key_states[0].transpose(0, 1)
             self.values[rows, :, slots] = value_states[0].transpose(0, 1)
         elif plan.uniform_start is not None:
@@ -83,7 +88,7 @@ class RaggedLayer(CacheLayerMixin):
             self.keys[:, :, start : start + steps] = key_states
             self.values[:, :, start : start + steps] = value_states
         else:
-            slots = plan.start.to(self.device)[:, None] + torch.arange(steps, device=self.device)[None, :]
+            slots = plan.slots
             rows = torch.arange(slots.shape[0], device=self.device)[:, None]
             self.keys[rows, :, slots] = key_states.transpose(1, 2)
             self.values[rows, :, slots] = value_states.transpose(1, 2)
@@ -93,17 +98,16 @@ class RaggedLayer(CacheLayerMixin):
         return self.plan.attend_len, 0
 
     def get_seq_length(self) -> int:
-        return int(self.plan.start.max()) if self.plan.start.numel() else 0
+        return int(self.plan.start.max()) if len(self.plan.start) else 0
 
     def get_max_length(self) -> int:
         return -1
 
     def move(self, rows: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
-        """Copy slots src -> dst of the given rows ([M] rows, [M, A] slots)."""
+        """Copy slots src -> dst of the given rows ([M] rows, [M, A] slots; device tensors)."""
         if not self.is_initialized:
             return
-        rows = rows.to(self.device)[:, None]
-        src, dst = src.to(self.device), dst.to(self.device)
+        rows = rows[:, None]
         self.keys[rows, :, dst] = self.keys[rows, :, src].clone()
         self.values[rows, :, dst] = self.values[rows, :, src].clone()
 
@@ -121,7 +125,7 @@ class RaggedLayer(CacheLayerMixin):
             self.values[place].copy_(values)
         self.keys, self.values = self.keys[:count], self.values[:count]
 
-    def replace_rows(self, positions: torch.Tensor, other: RaggedLayer) -> None:
+    def replace_rows(self, positions: list[int], other: RaggedLayer) -> None:
         """Write `other`'s rows over rows `positions` in place (continuous batching without copying the
         rows that stay). Slots past a row's new length keep stale values: every mask excludes them."""
         if not other.is_initialized:  # the joining rows' prompts were single tokens: nothing cached yet
@@ -130,7 +134,7 @@ class RaggedLayer(CacheLayerMixin):
             raise RuntimeError("rows can take places only in a cache that already holds rows")
         if other.capacity > self.keys.shape[2]:
             self._grow(other.capacity)
-        positions = positions.to(self.device)
+        positions = torch.tensor(positions, dtype=torch.long, device=self.device)
         self.keys[positions, :, : other.keys.shape[2]] = other.keys
         self.values[positions, :, : other.values.shape[2]] = other.values
 
@@ -166,16 +170,25 @@ class RaggedKVCache(Cache):
         self.plan = _WritePlan()
         super().__init__(layers=[RaggedLayer(self.plan, capacity) for _ in range(num_layers)])
 
-    def set_plan(self, start: torch.Tensor, steps: int, packed: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    def set_plan(self, start: np.ndarray, steps: int, packed: tuple[np.ndarray, np.ndarray] | None = None,
+                 device: torch.device | str = "cpu") -> None:
         """Prepare the next forward: row b writes `steps` tokens from slot start[b], or, with `packed`
-        = (rows [N], slots [N]), a packed [1, N] input writes token g at (rows[g], slots[g])."""
-        self.plan.packed_rows, self.plan.packed_slots = packed if packed is not None else (None, None)
-        start = start.long()
-        first = int(start[0]) if start.numel() else 0
-        self.plan.start = start
-        self.plan.uniform_start = first if bool((start == first).all()) else None
-        self.plan.attend_len = (int(start.max()) if start.numel() else 0) + steps
-        self.plan.peak_row_slots = max(self.plan.peak_row_slots, start.numel() * self.plan.attend_len)
+        = (rows [N], slots [N]), a packed [1, N] input writes token g at (rows[g], slots[g]). Host arrays;
+        the indices the layers need are copied to `device` here, once."""
+        plan = self.plan
+        start = np.asarray(start, dtype=np.int64)
+        first = int(start[0]) if len(start) else 0
+        plan.start = start
+        plan.uniform_start = first if bool((start == first).all()) else None
+        plan.attend_len = (int(start.max()) if len(start) else 0) + steps
+        plan.peak_row_slots = max(plan.peak_row_slots, len(start) * plan.attend_len)
+        plan.slots = None
+        if plan.uniform_start is None and packed is None:
+            plan.slots = torch.as_tensor(start[:, None] + np.arange(steps)[None, :], device=device)
+        plan.packed_rows = plan.packed_slots = None
+        if packed is not None:
+            plan.packed_rows = torch.as_tensor(packed[0], device=device)
+            plan.packed_slots = torch.as_tensor(packed[1], device=device)
 
     @property
     def initialized(self) -> bool:
@@ -199,11 +212,11 @@ class RaggedKVCache(Cache):
                        * layer.keys.element_size() for layer in self.layers if layer.is_initialized)
         return self.plan.peak_row_slots * per_slot
 
-    def select_rows(self, indices: torch.Tensor) -> None:
+    def select_rows(self, indices: list[int]) -> None:
         """Keep rows `indices` (new row j holds old row indices[j]), copying only the rows whose place
         changes; an order that fills leaving rows' places from the end (`engine.compaction_order`) moves
         as few rows as leave."""
-        order = indices.tolist()
+        order = [int(i) for i in indices]
         moves = [(source, place) for place, source in enumerate(order) if source != place]
         sources, places = [source for source, _ in moves], [place for _, place in moves]
         self.plan.allocated = 0
@@ -211,10 +224,10 @@ class RaggedKVCache(Cache):
             layer.select_rows(len(order), sources, places)
             if layer.is_initialized:
                 self.plan.allocated += layer._bytes()
-        if self.plan.start.numel():
-            self.plan.start = self.plan.start.index_select(0, indices.to(self.plan.start.device))
+        if len(self.plan.start):
+            self.plan.start = self.plan.start[order]
 
-    def replace_rows(self, positions: torch.Tensor, other: RaggedKVCache) -> None:
+    def replace_rows(self, positions: list[int], other: RaggedKVCache) -> None:
         """Rows `positions` [M] take `other`'s M rows (same model), in place; `other` is left empty."""
         for layer, joining in zip(self.layers, other.layers):
             layer.replace_rows(positions, joining)
@@ -228,7 +241,7 @@ class RaggedKVCache(Cache):
         self.plan.allocated = sum(layer._bytes() for layer in self.layers if layer.is_initialized)
         self.plan.peak_bytes = max(self.plan.peak_bytes, self.plan.allocated)
         self.plan.peak_row_slots = max(self.plan.peak_row_slots, other.plan.peak_row_slots)
-        self.plan.start = torch.zeros(own_rows + other_rows, dtype=torch.long)  # set again by the next forward
+        self.plan.start = np.zeros(own_rows + other_rows, dtype=np.int64)  # set again by the next forward
         other.release()
 
     def release(self) -> None:

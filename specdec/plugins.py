@@ -81,10 +81,33 @@ class DecodeState:
     draft_budget: torch.Tensor | None = None  # [B] long
     # drafter="auto": which member drafter drafts row b (None = no draft); read by the auto drafter.
     draft_choice: list[str | None] | None = None
+    # Host copies of `max_depth` and `draft_budget` (the engine sets both; read them through `max_depths()`
+    # and `draft_budgets()`, which never touch the device), and of each row's accepted count once the
+    # step is verified (`accepted_counts`, for `Drafter.observe`).
+    max_depth_host: list[int] | None = None
+    draft_budget_host: list[int] | None = None
+    accepted: list[int] | None = None
 
     @property
     def batch_size(self) -> int:
         return len(self.row_ids)
+
+    def max_depths(self) -> list[int]:
+        return list(self.max_depth_host) if self.max_depth_host is not None else self.max_depth.tolist()
+
+    def draft_budgets(self) -> list[int] | None:
+        if self.draft_budget is None:
+            return None
+        return list(self.draft_budget_host) if self.draft_budget_host is not None else self.draft_budget.tolist()
+
+    def set_draft_budget(self, budget: list[int]) -> None:
+        """Set `draft_budget` and its host copy together."""
+        self.draft_budget_host = [int(b) for b in budget]
+        self.draft_budget = torch.tensor(self.draft_budget_host, dtype=torch.long)
+
+    def accepted_counts(self, verdict: Verdict) -> list[int]:
+        """Accepted nodes per row of this step's verdict, from the engine's host copy when it has one."""
+        return list(self.accepted) if self.accepted is not None else verdict.num_accepted.tolist()
 
 
 class Drafter(ABC):

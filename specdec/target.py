@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import inspect
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from .cpu_linear import packed_view
@@ -46,6 +48,7 @@ class _Layout:
     # per row: (its packed queries, their indices among the row's [T] inputs or None for all, kv length Sb);
     # None: dense. The row's mask is cut from the layer's own mask (layer types differ in masks).
     rows: list[tuple[slice, torch.Tensor | None, int]] | None
+    flat_host: np.ndarray | None = None  # `flat` on the host, for the cache's write plan
     # Per-row masks cut from each layer type's mask, cut once per forward (layers of one type share a mask).
     row_masks: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
@@ -167,9 +170,10 @@ class TargetRunner:
         self.num_layers = model.config.num_hidden_layers
         self.cache = RaggedKVCache(self.num_layers, capacity)
         self.padded = padded
-        # Bookkeeping kept on CPU: cheap, and read every step.
-        self.lengths = torch.zeros(batch_size, dtype=torch.long)  # committed tokens per row (= next position)
-        self.write_start = torch.zeros(batch_size, dtype=torch.long)  # first free slot per row
+        # Bookkeeping is host data (numpy), read every step without touching the device: the engine knows
+        # each row's committed count from the step's one read-back.
+        self.lengths = np.zeros(batch_size, dtype=np.int64)  # committed tokens per row (= next position)
+        self.write_start = np.zeros(batch_size, dtype=np.int64)  # first free slot per row
         self.slot_valid: torch.Tensor | None = (
             torch.zeros(batch_size, capacity, dtype=torch.bool, device=self.device) if padded else None
         )
@@ -194,21 +198,22 @@ class TargetRunner:
         return self.slot_valid[:, :length]
 
     # -- masks -------------------------------------------------------------------------------
-    def _mask(self, start: torch.Tensor, positions: torch.Tensor,
+    def _mask(self, start: np.ndarray, positions: torch.Tensor,
               visible: torch.Tensor | None) -> torch.Tensor | dict[str, torch.Tensor]:
         """Additive masks [B, 1, T, S]: each row's committed prefix, any scratch slots written this
         step before `start`, and `visible` [B, T, T] among the new tokens (None = causal), narrowed per
         layer type (a query at position p sees the window or chunk that ends at p). One mask when every
-        layer attends alike, else {layer type: mask}. Position ids of the new tokens are `positions` [B, T]."""
+        layer attends alike, else {layer type: mask}. Position ids of the new tokens are `positions` [B, T]
+        (on the device); `start` is host data."""
         batch, steps = positions.shape
         device = self.device
-        start_d = start.to(device)
+        start_d = torch.as_tensor(start, device=device)
         attend_len = int(start.max()) + steps
         slot = torch.arange(attend_len, device=device)
         local = slot[None, :] - start_d[:, None]  # [B, S]: index among new tokens, <0 = before them
         in_prefix = local < 0
         if self.slot_valid is not None:
-            scratch = slot[None, :] >= self.write_start.to(device)[:, None]
+            scratch = slot[None, :] >= torch.as_tensor(self.write_start, device=device)[:, None]
             in_prefix = in_prefix & (self._valid_slots(attend_len) | scratch)
         in_new = (local >= 0) & (local < steps)
         if visible is None:
@@ -219,7 +224,7 @@ class TargetRunner:
         allowed = in_prefix[:, None, :] | new_ok
         if self.attention.all_full:
             return self._additive(allowed)
-        query_pos = positions.to(device)
+        query_pos = positions
         if self.slot_valid is None:
             prefix_pos = slot[None, :].expand(batch, attend_len)
         else:
@@ -237,22 +242,23 @@ class TargetRunner:
     # -- forwards ----------------------------------------------------------------------------
     def _run(
         self,
-        start: torch.Tensor,
+        start: np.ndarray,
         positions: torch.Tensor,
         visible: torch.Tensor | None,
         input_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         last_logits_only: bool = False,
         plain_causal: bool = False,
-        valid: torch.Tensor | None = None,
+        valid: np.ndarray | None = None,
         scratch: bool = False,
     ) -> torch.Tensor:
         """`plain_causal`: every row starts at slot 0 and is causal, so let the model build its own
         causal mask (SDPA then takes its is_causal fast path instead of a dense additive mask).
-        `valid` [B, T]: which inputs are real; with packed inputs only those are computed, and the
+        `valid` [B, T] (host): which inputs are real; with packed inputs only those are computed, and the
         logits of the others come back as zeros. `scratch`: a self-speculating drafter's forward, which runs
-        the model itself."""
+        the model itself. `start` is host data; `positions` and the inputs are on the device."""
         batch, steps = positions.shape
+        device = self.device
         model = self.model if scratch else self.forward_model
         kwargs = {}
         if last_logits_only and self._accepts_logits_to_keep:
@@ -260,21 +266,22 @@ class TargetRunner:
         mask = None if plain_causal else self._mask(start, positions, visible)
         layout = self._layout(start, valid, batch, steps, mask)
         if layout is None:
-            self.cache.set_plan(start, steps)
+            self.cache.set_plan(start, steps, device=device)
             return model(
-                input_ids=None if input_ids is None else input_ids.to(self.device),
-                inputs_embeds=inputs_embeds, attention_mask=mask, position_ids=positions.to(self.device),
+                input_ids=None if input_ids is None else input_ids.to(device),
+                inputs_embeds=inputs_embeds, attention_mask=mask, position_ids=positions,
                 use_cache=True, **{self._cache_keyword: self.cache}, **kwargs,
             ).logits
         position_ids = positions
         if layout.flat is None:
-            self.cache.set_plan(start, steps)
+            self.cache.set_plan(start, steps, device=device)
         else:
-            flat = layout.flat.cpu()
-            self.cache.set_plan(start, steps, packed=(flat // steps, start[flat // steps] + flat % steps))
-            position_ids = positions.reshape(-1)[flat][None]
+            flat = layout.flat_host
+            self.cache.set_plan(start, steps, packed=(flat // steps, start[flat // steps] + flat % steps),
+                                device=device)
+            position_ids = positions.reshape(-1)[layout.flat][None]
             if input_ids is not None:
-                input_ids = input_ids.reshape(-1)[flat][None]
+                input_ids = input_ids.to(device).reshape(-1)[layout.flat][None]
             if inputs_embeds is not None:
                 inputs_embeds = inputs_embeds.reshape(batch * steps, -1)[layout.flat][None]
         config = self.model.config
@@ -283,77 +290,80 @@ class TargetRunner:
         _ACTIVE.layout = layout
         try:
             logits = model(
-                input_ids=None if input_ids is None else input_ids.to(self.device), inputs_embeds=inputs_embeds,
-                attention_mask=mask, position_ids=position_ids.to(self.device), use_cache=True,
+                input_ids=None if input_ids is None else input_ids.to(device), inputs_embeds=inputs_embeds,
+                attention_mask=mask, position_ids=position_ids, use_cache=True,
                 **{self._cache_keyword: self.cache}, **kwargs,
             ).logits
         finally:
             config._attn_implementation_internal = previous
             _ACTIVE.layout = None
-            self.cache.set_plan(start, steps)
+            self.cache.set_plan(start, steps, device=device)
         if layout.flat is None or last_logits_only:  # packed + last only: the last packed token's logits
             return logits
         unpacked = logits.new_zeros(batch * steps, logits.shape[-1])
         unpacked[layout.flat] = logits[0]
         return unpacked.view(batch, steps, -1)
 
-    def _layout(self, start: torch.Tensor, valid: torch.Tensor | None, batch: int, steps: int,
+    def _layout(self, start: np.ndarray, valid: np.ndarray | None, batch: int, steps: int,
                 mask: torch.Tensor | dict[str, torch.Tensor] | None) -> _Layout | None:
         """Packing and per-row attention for this forward, or None for transformers' plain path
-        (batch 1, the padded mode, a prefill of equal-length prompts, or nothing to save)."""
+        (batch 1, the padded mode, a prefill of equal-length prompts, or nothing to save). Planned on the
+        host from `valid` (host data); its indices go to the device once."""
         if not self.ragged_attention or batch == 1 or mask is None:
             return None
         flat = None
-        if valid is not None and self.packed_inputs:
-            valid = valid.cpu()
-            if not bool(valid.all()):
-                flat = valid.reshape(-1).nonzero().squeeze(1)
+        if valid is not None and self.packed_inputs and not valid.all():
+            flat = np.flatnonzero(valid)
         if flat is None:
             kv_lens = start + steps
         else:  # a row reads up to its last real input; the padding after it is never written
-            last = torch.where(valid, torch.arange(steps)[None, :], -1).max(dim=1).values
+            last = np.where(valid, np.arange(steps)[None, :], -1).max(axis=1)
             kv_lens = start + last + 1
         waste = batch * (int(start.max()) + steps) - int(kv_lens.sum())
         rows = None
-        if waste > ROW_ATTENTION_MIN_WASTE * batch:
+        # Per-row attention is a CPU measure (one SDPA call per row); on a GPU one dense call is cheaper.
+        if self.device.type == "cpu" and waste > ROW_ATTENTION_MIN_WASTE * batch:
             rows, first = [], 0
             for row in range(batch):
                 kv_len = int(kv_lens[row])
                 if flat is None:
                     rows.append((slice(None), None, kv_len))
                 else:
-                    inputs = valid[row].nonzero().squeeze(1)
-                    rows.append((slice(first, first + len(inputs)), inputs.to(self.device), kv_len))
+                    inputs = np.flatnonzero(valid[row])
+                    rows.append((slice(first, first + len(inputs)), torch.as_tensor(inputs, device=self.device),
+                                 kv_len))
                     first += len(inputs)
         if flat is None and rows is None:
             return None
-        return _Layout(batch, steps, None if flat is None else flat.to(self.device), rows)
+        return _Layout(batch, steps, None if flat is None else torch.as_tensor(flat, device=self.device), rows,
+                       flat_host=flat)
 
     @torch.no_grad()
-    def prefill(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> None:
-        """Write right-padded prompts [B, P] into the cache; row b keeps lengths[b] tokens."""
+    def prefill(self, input_ids: torch.Tensor, lengths: Sequence[int] | np.ndarray | torch.Tensor) -> None:
+        """Write right-padded prompts [B, P] into the cache; row b keeps lengths[b] tokens (host data)."""
         batch, steps = input_ids.shape
-        lengths = lengths.long().cpu()
+        lengths = _host(lengths)
         if steps:
-            start = torch.zeros(batch, dtype=torch.long)
-            positions = torch.arange(steps)[None, :].expand(batch, steps)
+            start = np.zeros(batch, dtype=np.int64)
+            positions = torch.arange(steps, device=self.device)[None, :].expand(batch, steps)
             if self.packed_inputs and batch > 1 and int(lengths.min()) > 0 and int(lengths.min()) < steps:
                 # Unpadded prefill: only each row's own prompt tokens are computed (packed), and each
                 # row attends over its own slots; prompts of 40 and 384 tokens no longer cost 2 x 384.
-                valid = torch.arange(steps)[None, :] < lengths[:, None]
+                valid = np.arange(steps)[None, :] < lengths[:, None]
                 self._run(start, positions, None, input_ids=input_ids, last_logits_only=True, valid=valid)
             else:
                 # Right padding needs no mask here: a real token never looks right, and padded slots lie
                 # beyond each row's length, which every later mask excludes.
                 self._run(start, positions, None, input_ids=input_ids, last_logits_only=True,
                           plain_causal=self.attention.all_full)
-        self.lengths = lengths.clone()
+        self.lengths = lengths.copy()
         if self.slot_valid is None:
-            self.write_start = self.lengths.clone()
+            self.write_start = self.lengths.copy()
         else:  # vanilla: every row continues after the longest prompt; shorter prompts leave holes
             valid = self._valid_slots(max(steps, 1))
-            valid[:] = torch.arange(valid.shape[1], device=self.device)[None, :] < self.lengths.to(self.device)[:, None]
-            self.write_start = torch.full_like(self.lengths, steps)
+            valid[:] = (torch.arange(valid.shape[1], device=self.device)[None, :]
+                        < torch.as_tensor(self.lengths, device=self.device)[:, None])
+            self.write_start = np.full_like(self.lengths, steps)
 
     @torch.no_grad()
     def verify_forward(
@@ -362,14 +372,17 @@ class TargetRunner:
         depths: torch.Tensor,
         visible: torch.Tensor,
         extra_embeds: torch.Tensor | None = None,
-        valid: torch.Tensor | None = None,
+        valid: np.ndarray | None = None,
+        chain: bool = False,
     ) -> torch.Tensor:
         """Run [root, nodes..., extras...] at positions lengths + depth with the tree mask; returns
-        logits [B, T, V]. Extra embeddings (if any) replace the last E inputs. `valid` [B, T] marks
+        logits [B, T, V]. Extra embeddings (if any) replace the last E inputs. `valid` [B, T] (host) marks
         the real inputs (the rest pad rows to the widest): with packed inputs the padding is not
-        computed and its logits are zeros."""
-        positions = self.lengths[:, None] + depths.cpu()
-        plain = self._is_plain_chain(visible)
+        computed and its logits are zeros. `chain` (host knowledge, e.g. a plain step or a chain draft):
+        every row's inputs form one causal chain, so at batch 1 the model's own causal mask is exact."""
+        depths = depths.to(self.device)
+        positions = torch.as_tensor(self.lengths, device=self.device)[:, None] + depths
+        plain = chain and self._plain_path(depths.shape[0])
         if extra_embeds is None:
             return self._run(self.write_start, positions, visible, input_ids=input_ids, plain_causal=plain,
                              valid=valid)
@@ -378,14 +391,11 @@ class TargetRunner:
         return self._run(self.write_start, positions, visible, inputs_embeds=embeds, plain_causal=plain,
                          valid=valid)
 
-    def _is_plain_chain(self, visible: torch.Tensor) -> bool:
-        """One unpadded row whose new tokens form a chain: the model's own causal mask over our cache
-        (query t sees slots <= length + t) is then exactly the tree mask, and SDPA skips the dense mask.
-        Plain decoding (one new token) is the common case."""
-        batch, steps, _ = visible.shape
-        if batch != 1 or self.slot_valid is not None or not self.attention.all_full:
-            return False
-        return steps == 1 or torch.equal(visible[0], torch.ones(steps, steps, dtype=torch.bool).tril())
+    def _plain_path(self, batch: int) -> bool:
+        """One unpadded row of full-attention layers whose new tokens form a chain: the model's own causal
+        mask over our cache (query t sees slots <= length + t) is then exactly the tree mask, and SDPA
+        skips the dense mask. Plain decoding (one new token) is the common case."""
+        return batch == 1 and self.slot_valid is None and self.attention.all_full
 
     @torch.no_grad()
     def scratch_forward(self, input_ids: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
@@ -395,63 +405,69 @@ class TargetRunner:
         start, positions = self.scratch_slots(input_ids.shape[1], offset)
         return self._run(start, positions, None, input_ids=input_ids, scratch=True)
 
-    def scratch_slots(self, steps: int, offset: int | torch.Tensor = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def scratch_slots(self, steps: int, offset: int | np.ndarray = 0) -> tuple[np.ndarray, torch.Tensor]:
         """Where `scratch_forward` puts a chain of `steps` tokens `offset` slots past each row's committed
-        length: (first slot written per row [B], position ids [B, steps]). For drafters that run their
-        own forward on this cache (layer_skip's lean forward) under the same contract."""
-        offset = torch.as_tensor(offset, dtype=torch.long).cpu()
+        length: (first slot written per row [B], host; position ids [B, steps] on the device). For drafters
+        that run their own forward on this cache (layer_skip's lean forward) under the same contract."""
+        offset = _host(offset)
         start = self.write_start + offset
-        positions = (self.lengths + offset)[:, None] + torch.arange(steps)[None, :]
+        positions = torch.as_tensor((self.lengths + offset)[:, None] + np.arange(steps)[None, :], device=self.device)
         return start, positions
 
     # -- bookkeeping -------------------------------------------------------------------------
-    def commit(self, keep_src: torch.Tensor, keep_count: torch.Tensor) -> None:
-        """Keep, per row, the root and the accepted nodes whose input indices are keep_src [B, A]
-        (A may be 0), compacted right after the root; lengths grow by 1 + keep_count."""
-        keep_count = keep_count.cpu()
-        if keep_src.shape[1]:
-            columns = torch.arange(keep_src.shape[1])[None, :]
+    def commit(self, keep_src: torch.Tensor, keep_count: Sequence[int] | np.ndarray, moved: bool = True) -> None:
+        """Keep, per row, the root and the accepted nodes whose input indices are keep_src [B, A] (device;
+        A may be 0), compacted right after the root; lengths grow by 1 + keep_count (host). `moved`=False:
+        the kept nodes already sit right after the root (a chain's accepted prefix), nothing is copied."""
+        keep_count = _host(keep_count)
+        accepted = int(keep_count.max()) if len(keep_count) else 0
+        if moved and accepted and keep_src.shape[1]:
+            # On the device for every row: slots that need no move are copied onto themselves.
+            keep_src = keep_src[:, :accepted].to(self.device)
+            columns = torch.arange(accepted, device=self.device)[None, :]
             dst = 1 + columns  # input index the accepted node should occupy
-            moving = (columns < keep_count[:, None]) & (keep_src != dst)
-            if bool(moving.any()):
-                rows = moving.any(dim=1).nonzero(as_tuple=True)[0]
-                src = torch.where(moving, keep_src, dst)[rows] + self.write_start[rows, None]
-                self.cache.move(rows, src, dst.expand(len(rows), -1) + self.write_start[rows, None])
+            counts = torch.as_tensor(keep_count, device=self.device)
+            base = torch.as_tensor(self.write_start, device=self.device)[:, None]
+            src = torch.where(columns < counts[:, None], keep_src, dst) + base
+            rows = torch.arange(len(keep_count), device=self.device)
+            self.cache.move(rows, src, dst.expand(len(keep_count), -1) + base)
         self.lengths = self.lengths + 1 + keep_count
         if self.slot_valid is None:
-            self.write_start = self.lengths.clone()
+            self.write_start = self.lengths.copy()
         else:  # vanilla: mark the kept slots, then every row jumps past the largest acceptance
             end = self.write_start + 1 + keep_count
             self.holes_added += int((end.max() - end).sum())
             valid = self._valid_slots(int(end.max()))
             slot = torch.arange(valid.shape[1], device=self.device)[None, :]
-            valid |= (slot >= self.write_start.to(self.device)[:, None]) & (slot < end.to(self.device)[:, None])
-            self.write_start = torch.full_like(self.write_start, int(end.max()))
+            valid |= ((slot >= torch.as_tensor(self.write_start, device=self.device)[:, None])
+                      & (slot < torch.as_tensor(end, device=self.device)[:, None]))
+            self.write_start = np.full_like(self.write_start, int(end.max()))
 
-    def set_lengths(self, lengths: torch.Tensor) -> None:
-        """Declare each row's committed length: roll back (drop slots beyond it) or forward over
+    def set_lengths(self, lengths: Sequence[int] | np.ndarray | torch.Tensor) -> None:
+        """Declare each row's committed length (host data): roll back (drop slots beyond it) or forward over
         slots a scratch forward already filled with committed tokens. Unpadded mode only, where
         slot == position (a drafter's own cache, e.g. a draft model's)."""
         if self.slot_valid is not None:
             raise ValueError("set_lengths needs the unpadded cache, where slot == position")
-        self.lengths = lengths.long().cpu().clone()
-        self.write_start = self.lengths.clone()
+        self.lengths = _host(lengths).copy()
+        self.write_start = self.lengths.copy()
 
-    def select_rows(self, indices: torch.Tensor) -> None:
+    def select_rows(self, indices: Sequence[int]) -> None:
+        """Keep rows `indices` (host), in that order."""
+        indices = [int(i) for i in indices]
         self.cache.select_rows(indices)
-        self.lengths = self.lengths.index_select(0, indices.cpu())
-        self.write_start = self.write_start.index_select(0, indices.cpu())
+        self.lengths = self.lengths[indices]
+        self.write_start = self.write_start[indices]
         if self.slot_valid is not None:
-            self.slot_valid = self.slot_valid.index_select(0, indices.to(self.device))
+            self.slot_valid = self.slot_valid[torch.tensor(indices, dtype=torch.long, device=self.device)]
 
     def replace_rows(self, positions: list[int], other: TargetRunner) -> None:
         """Continuous batching: rows prefilled on `other` (same model, unpadded) take the places of rows
         `positions` that finished, in place, so the rows that stay are not copied; `other` is released."""
         self._check_joining(other)
-        index = torch.tensor(positions, dtype=torch.long)
-        self.cache.replace_rows(index, other.cache)
-        self.lengths[index] = other.lengths
-        self.write_start[index] = other.write_start
+        self.cache.replace_rows(list(positions), other.cache)
+        self.lengths[positions] = other.lengths
+        self.write_start[positions] = other.write_start
 
     def _check_joining(self, other: TargetRunner) -> None:
         if self.slot_valid is not None or other.slot_valid is not None:
@@ -465,8 +481,8 @@ class TargetRunner:
         have to jump for every joining row, so it is not supported."""
         self._check_joining(other)
         self.cache.append_rows(other.cache, len(self.lengths), len(other.lengths))
-        self.lengths = torch.cat([self.lengths, other.lengths])
-        self.write_start = torch.cat([self.write_start, other.write_start])
+        self.lengths = np.concatenate([self.lengths, other.lengths])
+        self.write_start = np.concatenate([self.write_start, other.write_start])
 
     def padding_slots(self) -> int:
         """Cache slots below the write position that hold no committed token (holes), summed over rows."""
@@ -474,3 +490,10 @@ class TargetRunner:
 
     def release(self) -> None:
         self.cache.release()
+
+
+def _host(values: Sequence[int] | np.ndarray | torch.Tensor | int) -> np.ndarray:
+    """Host int64 data from a list, array or (host) tensor; a scalar stays 0-d (broadcasts)."""
+    if isinstance(values, torch.Tensor):
+        values = values.tolist()
+    return np.asarray(values, dtype=np.int64)

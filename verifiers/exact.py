@@ -53,6 +53,14 @@ def longest_accepted_path(
     return path_to(parents, deepest, length, draft.width), length, deepest
 
 
+def _is_chain(draft: Draft, valid: torch.Tensor) -> bool:
+    """From the drafter's host view when it has one (no device read), else from the parents."""
+    if draft.host is not None:
+        return draft.host.chain
+    chain_parents = torch.arange(-1, draft.width - 1, device=draft.parents.device)
+    return bool(((draft.parents == chain_parents) | ~valid).all())
+
+
 class ExactVerifier(Verifier):
     name = "exact"
     description = "Exact match against the target's choice (argmax when greedy, a sample otherwise); lossless."
@@ -72,8 +80,7 @@ class ExactVerifier(Verifier):
                            choice[:, 0])
         valid = draft.node_mask()
         width = draft.width
-        chain_parents = torch.arange(-1, width - 1, device=draft.parents.device)
-        if bool(((draft.parents == chain_parents) | ~valid).all()):
+        if _is_chain(draft, valid):
             # A chain (the common case): node i is accepted iff it and every earlier node match.
             matched = (draft.tokens == choice[:, :width]) & valid
             length = matched.long().cumprod(dim=1).sum(dim=1)

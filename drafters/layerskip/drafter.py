@@ -237,7 +237,7 @@ class LayerSkipDrafter(Drafter):
                     return fast(runner.cache, inputs, start, positions)[:, -1]
                 # greedy: rows that stopped drafting cost nothing; their logits are zeros, never read
                 rows = growing.nonzero(as_tuple=True)[0]
-                part = fast(runner.cache, inputs[rows], start[rows], positions[rows], rows=rows)[:, -1]
+                part = fast(runner.cache, inputs[rows], start[rows.numpy()], positions[rows], rows=rows)[:, -1]
                 return part.new_zeros(inputs.shape[0], part.shape[-1]).index_copy_(0, rows.to(part.device), part)
         assert self._skipper is not None
         with self._skipper:

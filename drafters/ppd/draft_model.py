@@ -174,7 +174,7 @@ class PPDDraftModelDrafter(Drafter):
                                       max_depth=torch.tensor([count - len(drafted) - 1]), sampling=self.greedy,
                                       generator=self.generator, target=row.runner)
             draft = self.inner.propose(inner_state)
-            extra_limit = None if self.context is None else torch.tensor(self.context - 1) - row.runner.lengths
+            extra_limit = None if self.context is None else (self.context - 1) - row.runner.lengths
             draft = prune_draft(draft, inner_state.max_depth, extra_limit)
             logits = self._forward(row.runner, root, draft)
             width = draft.width
