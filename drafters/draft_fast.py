@@ -195,14 +195,15 @@ class FastDraftForward:
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def _cos_sin(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _cos_sin(self, hidden: torch.Tensor, positions: torch.Tensor,
+                 max_position: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """RoPE cos/sin [B, T, 1, D] for position ids [B, T], looked up in a table the model's own rotary
         module filled (the same values it computes per call, without its ~10 ops per forward); rope
         types whose frequencies depend on the sequence length call the module every time."""
         if not self._rope_is_static:
             cos, sin = self.rotary(hidden, positions)
             return cos[:, :, None], sin[:, :, None]
-        needed = int(positions.max()) + 1
+        needed = (int(positions.max()) if max_position is None else max_position) + 1
         if self._cos_table is None or needed > self._cos_table.shape[0] or self._cos_table.dtype != hidden.dtype:
             size = max(needed, 256, 2 * (0 if self._cos_table is None else self._cos_table.shape[0]))
             cos, sin = self.rotary(hidden, torch.arange(size, device=hidden.device)[None])
@@ -216,13 +217,15 @@ class FastDraftForward:
 
     @torch.inference_mode()
     def __call__(self, cache: Any, input_ids: torch.Tensor, start: torch.Tensor, positions: torch.Tensor,
-                 keep: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
+                 keep: torch.Tensor | None = None, rows: torch.Tensor | None = None,
+                 max_position: int | None = None) -> torch.Tensor:
         """Run a causal chain input_ids [B, T] written at slots start[b] + t with position ids
         `positions` [B, T]; row b attends to its slots [0, start[b] + t]. Returns logits
         [B, T, V], or [B, V] at the input index keep[b] per row when `keep` is given.
 
         `rows` [R] (cache row indices) runs only those rows of the cache (inputs are then [R, T]):
-        in a batch, rows that stopped drafting cost nothing instead of a padded forward."""
+        in a batch, rows that stopped drafting cost nothing instead of a padded forward. `max_position`: the
+        largest position id when the caller knows it on the host (else it is read from `positions`)."""
         batch, steps = input_ids.shape
         device = self.embed.weight.device
         start = np.atleast_1d(np.asarray(start.tolist() if isinstance(start, torch.Tensor) else start, dtype=np.int64))
@@ -236,7 +239,7 @@ class FastDraftForward:
             uniform = None
             rows_d = rows.to(device)
         hidden = self.embed(input_ids.to(device))
-        cos, sin = self._cos_sin(hidden, positions.to(device))  # [B, T, 1, D]
+        cos, sin = self._cos_sin(hidden, positions.to(device), max_position)  # [B, T, 1, D]
         if batch == 1 and steps == 1:
             mask = None  # one query sees every slot below it: no mask needed
         else:

@@ -278,7 +278,7 @@ class DraftModelDrafter(Drafter):
         prefill = torch.zeros(len(rows), max(max(len(p) for p in prompts) - 1, 0), dtype=torch.long)
         for index, prompt in enumerate(prompts):
             prefill[index, : len(prompt) - 1] = torch.as_tensor(prompt[:-1], dtype=torch.long)
-        runner.prefill(self.vocab.to_draft_ids(prefill), torch.tensor([len(p) - 1 for p in prompts]))
+        runner.prefill(self.vocab.to_draft_ids(prefill), [len(p) - 1 for p in prompts])
         return runner
 
     def admit(self, rows: list[int]) -> None:
@@ -300,7 +300,7 @@ class DraftModelDrafter(Drafter):
         if int(depths.max()) > 0:
             self._ensure_rows(self._working_rows(depths))
 
-    def _working_rows(self, depths: torch.Tensor) -> list[bool]:
+    def _working_rows(self, depths: np.ndarray) -> list[bool]:
         """The rows the draft runs this step: those drafting (a chain), or every row (a tree: its forwards run
         the whole batch). In a batch where the controller drafts for one row, the others are neither
         prefilled nor caught up (at batch 4 on this CPU, prefilling every row that joined a continuous batch
@@ -321,33 +321,39 @@ class DraftModelDrafter(Drafter):
                 self._ready[index] = True
             self._track_memory()
 
-    def _scratch(self, ids: torch.Tensor, offset: int, keep: torch.Tensor | None = None,
-                 active: torch.Tensor | None = None) -> torch.Tensor:
+    def _scratch(self, ids: torch.Tensor, offset: int, keep: np.ndarray | None = None,
+                 active: np.ndarray | None = None) -> torch.Tensor:
         """Draft forward of a causal chain ids [B, T] placed `offset` slots past each row's
         committed length. Returns logits [B, T, V], or [B, V] at input index keep[b] per row
         (then only those positions go through the LM head on the fast path). With `active` [B]
-        bool, the fast path runs only those rows (the others' logits are left as zeros)."""
+        bool, the fast path runs only those rows (the others' logits are left as zeros). `keep` and
+        `active` are host data: the step is planned on the host."""
         runner = self._runner
         self._stats["draft_forwards"] += 1
         steps = ids.shape[1]
         start = runner.write_start + offset
         fast = self._fast
+        device = self._runner.device
+        keep_d = None if keep is None else torch.as_tensor(keep, device=device)
         if fast is not None and fast.ready(runner.cache, int(start.max()) + steps):
-            positions = torch.as_tensor((runner.lengths + offset)[:, None] + np.arange(steps)[None, :])
+            host_positions = (runner.lengths + offset)[:, None] + np.arange(steps)[None, :]
+            positions = torch.as_tensor(host_positions, device=device)
+            top = int(host_positions.max())
             # Sampling runs every row, so a row's q (and its draws) never depends on which
             # neighbours are still drafting; greedy drafts cannot change the output.
             if active is None or bool(active.all()) or not self.sampling.greedy:
-                return self._whole_vocab(fast(runner.cache, ids, start, positions, keep))
-            rows = active.nonzero(as_tuple=True)[0]
-            part = fast(runner.cache, ids[rows.to(ids.device)], start[rows.numpy()], positions[rows],
-                        None if keep is None else keep[rows], rows=rows)
+                return self._whole_vocab(fast(runner.cache, ids, start, positions, keep_d, max_position=top))
+            rows_host = np.flatnonzero(active)
+            rows = torch.as_tensor(rows_host, device=device)
+            part = fast(runner.cache, ids.to(device)[rows], start[rows_host], positions[rows],
+                        None if keep_d is None else keep_d[rows], rows=rows, max_position=top)
             logits = part.new_zeros(ids.shape[0], *part.shape[1:])
             logits[rows.to(part.device)] = part
             return self._whole_vocab(logits)
         logits = self._masked_to_vocab(runner.scratch_forward(ids, offset=offset))
-        if keep is None:
+        if keep_d is None:
             return logits
-        return logits[torch.arange(ids.shape[0], device=logits.device), keep.to(logits.device)]
+        return logits[torch.arange(ids.shape[0], device=logits.device), keep_d.to(logits.device)]
 
     def _whole_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         """Logits of the lean forward's reduced head [..., N] -> [..., draft vocabulary], -inf outside."""
@@ -387,27 +393,28 @@ class DraftModelDrafter(Drafter):
         elif row_ids != self._rows:
             position = {row: index for index, row in enumerate(self._rows)}
             keep = [position[row] for row in row_ids]
-            self._runner.select_rows(torch.tensor(keep, dtype=torch.long))
+            self._runner.select_rows(keep)
             self._ready = [self._ready[index] for index in keep]
             self._rows = list(row_ids)
 
-    def _row_depths(self, state: DecodeState) -> torch.Tensor:
-        """Max draft depth per row this step: schedule, token budget and the draft's context."""
+    def _row_depths(self, state: DecodeState) -> np.ndarray:
+        """Max draft depth per row this step (host): schedule, token budget and the draft's context."""
         if self.schedule == "heuristic":
-            wanted = torch.tensor([self.heuristic.length(row) for row in state.row_ids])
+            wanted = np.array([self.heuristic.length(row) for row in state.row_ids], dtype=np.int64)
         else:
-            wanted = torch.full((state.batch_size,), self.depth_cap)
-        if state.draft_budget is not None:  # the controller verifies at most this many nodes per row
-            budget = state.draft_budget.cpu()
+            wanted = np.full(state.batch_size, self.depth_cap, dtype=np.int64)
+        budgets = state.draft_budgets()
+        if budgets is not None:  # the controller verifies at most this many nodes per row
+            budget = np.asarray(budgets, dtype=np.int64)
             if self.tree:  # nodes -> the deepest level whose whole tree fits
-                sizes = torch.tensor(self._level_sizes)
-                budget = (sizes[None, :] <= budget[:, None]).sum(dim=1)
-            wanted = torch.minimum(wanted, budget)
-        depths = torch.minimum(wanted, state.max_depth.cpu().clamp(min=0))
+                sizes = np.asarray(self._level_sizes, dtype=np.int64)
+                budget = (sizes[None, :] <= budget[:, None]).sum(axis=1)
+            wanted = np.minimum(wanted, budget)
+        depths = np.minimum(wanted, np.maximum(np.asarray(state.max_depths(), dtype=np.int64), 0))
         if self.draft_context is not None:
             # Drafted token i (0-based) is fed at position len(seq) + i; the last one is never fed.
             longest = max(len(seq) for seq in state.sequences)
-            depths = depths.clamp(max=max(self.draft_context - longest + 1, 0))
+            depths = np.minimum(depths, max(self.draft_context - longest + 1, 0))
         return depths
 
     def _feed_pending(self, sequences: list[list[int]], working: list[bool]) -> torch.Tensor:
@@ -422,11 +429,11 @@ class DraftModelDrafter(Drafter):
         for b, tokens in enumerate(pending):
             ids[b, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long)
             ids[b, len(tokens):] = tokens[-1]
-        last = torch.tensor([len(p) - 1 for p in pending])
-        active = None if all(working) else torch.tensor(working)
-        root_logits = self._scratch(self.vocab.to_draft_ids(ids), 0, keep=last, active=active)
-        fed = torch.tensor([len(seq) for seq in sequences])
-        runner.set_lengths(fed if active is None else torch.where(active, fed, torch.from_numpy(runner.lengths)))
+        last = np.array([len(p) - 1 for p in pending], dtype=np.int64)
+        active = None if all(working) else np.array(working, dtype=bool)
+        root_logits = self._scratch(self.vocab.to_draft_ids(ids.to(self._runner.device)), 0, keep=last, active=active)
+        fed = np.array([len(seq) for seq in sequences], dtype=np.int64)
+        runner.set_lengths(fed if active is None else np.where(active, fed, runner.lengths))
         return self.vocab.to_target(root_logits.float()).to(self.device)
 
     def _choose(self, logits: torch.Tensor, count: int, generator: RowGenerators, drafting: torch.Tensor):
@@ -469,36 +476,48 @@ class DraftModelDrafter(Drafter):
         self._track_memory()
         return draft
 
-    def _propose_chain(self, state: DecodeState, logits: torch.Tensor, depths: torch.Tensor) -> Draft:
+    def _propose_chain(self, state: DecodeState, logits: torch.Tensor, depths: np.ndarray) -> Draft:
+        """Planned on the host from `depths`: a row drafts its depth, cut after its first eos (one read of the
+        finished draft), so the engine knows the sizes without reading the draft back. The confidence schedule
+        decides on the host per drafted token (the draft's top probability, and eos, read each level): it is
+        exempt from the engine's read budget."""
         batch, steps = state.batch_size, int(depths.max())
         confidence_exit = self.schedule == "confidence"
         tokens = torch.zeros(batch, steps, dtype=torch.long, device=self.device)
         q_steps: list[torch.Tensor] = []
-        counts = torch.zeros(batch, dtype=torch.long)
+        counts = np.zeros(batch, dtype=np.int64)
         going = depths > 0
-        fed = torch.zeros(batch, dtype=torch.long)  # per row: drafted tokens whose KV the draft cache holds
+        fed = np.zeros(batch, dtype=np.int64)  # per row: drafted tokens whose KV the draft cache holds
         for i in range(steps):
-            chosen, q = self._choose(logits, 1, state.generator, going)
+            chosen, q = self._choose(logits, 1, state.generator, torch.as_tensor(going, device=logits.device))
             tokens[:, i] = chosen[:, 0]
             if q is not None:
                 q_steps.append(q)
-            counts += going.long()
-            if confidence_exit:
-                going &= self._confident(logits).cpu()
-            going &= (depths > i + 1) & ~torch.isin(chosen[:, 0], self._eos).cpu()  # nothing past eos commits
-            if not bool(going.any()):
+            counts += going
+            going = going & (depths > i + 1)
+            if confidence_exit:  # nothing past eos commits either
+                going &= (self._confident(logits) & ~torch.isin(chosen[:, 0], self._eos)).cpu().numpy()
+            if not going.any():
                 break
             step_logits = self._scratch(self.vocab.to_draft_ids(tokens[:, i : i + 1]), i, active=going)[:, -1]
-            fed += going.long()  # rows that stopped may not have been run (see _scratch)
+            fed += going  # rows that stopped may not have been run (see _scratch)
             logits = self.vocab.to_target(step_logits.float()).to(self.device)
         width = int(counts.max())
+        if width and not confidence_exit and self._eos.numel():
+            # Nothing past a drafted eos can commit: each row ends at its first eos. One read for the whole
+            # draft (the levels above ran on without looking), so a step reads the device at most twice.
+            hit = torch.isin(tokens[:, :width], self._eos.to(tokens.device))
+            ends = torch.where(hit.any(dim=1), hit.long().argmax(dim=1) + 1, width).tolist()
+            counts = np.minimum(counts, ends)
+            width = int(counts.max())
         q_all = torch.stack(q_steps[:width], dim=1) if q_steps else None
-        self._last = {"kind": "chain", "tokens": tokens[:, :width].cpu(), "fed": fed}
-        return Draft.chain(tokens[:, :width], counts, q_all)
+        self._last = {"kind": "chain", "fed": fed}
+        return Draft.chain(tokens[:, :width], counts.tolist(), q_all)
 
     def _propose_tree(self, state: DecodeState, logits: torch.Tensor, depths: torch.Tensor) -> Draft:
         opts: DraftModelOptions = self.options
         batch, steps = state.batch_size, int(depths.max())
+        depths = torch.as_tensor(depths)
         confidence_exit = self.schedule == "confidence"
         levels = tree_levels(opts.branches, opts.branch_depth, steps)
         runner = self._runner
@@ -543,27 +562,37 @@ class DraftModelDrafter(Drafter):
     # -- learning from the verdict -------------------------------------------------------------
     def observe(self, state: DecodeState, draft: Draft, verdict: Verdict, committed: list[list[int]],
                 extra_logits: torch.Tensor | None) -> None:
-        self._advance_cache(verdict, committed)
+        accepted = state.accepted_counts(verdict)
+        self._advance_cache(verdict, committed, accepted)
         schedule = self.schedule
         if schedule in ("constant", "goodput") or (draft.width == 0 and schedule != "heuristic"):
             return
         if draft.width == 0:
             drafted = [0] * state.batch_size
+        elif draft.host is not None and draft.host.chain:
+            drafted = draft.sizes()  # a chain's depth is its size
         else:
             drafted = node_depths(draft.parents, draft.node_mask()).max(dim=1).values.tolist()
-        accepted = verdict.num_accepted.tolist()
         for row, depth, kept in zip(state.row_ids, drafted, accepted):
             if schedule == "heuristic":
                 self.heuristic.update(row, depth, kept)
             else:
                 self.confidence.update(depth, kept, depth >= self.depth_cap)
 
-    def _advance_cache(self, verdict: Verdict, committed: list[list[int]]) -> None:
+    def _advance_cache(self, verdict: Verdict, committed: list[list[int]], accepted: list[int]) -> None:
         """Move the draft cache's committed length over the drafted tokens the verdict kept."""
         last, self._last = self._last, None
         if last is None:
             return
         runner = self._runner
+        if last["kind"] == "chain":
+            # Drafted token j sits at slot length + j, exactly where committed token j goes; its KV is kept
+            # when it was fed to the draft and committed (a chain's accepted nodes are its first ones, and
+            # their tokens are the ones committed). Host data only.
+            kept = np.minimum(np.minimum(np.asarray(accepted, dtype=np.int64), last["fed"]),
+                              [len(new) for new in committed])
+            runner.set_lengths(runner.lengths + kept)
+            return
         tokens, fed = last["tokens"], last["fed"]
         path = verdict.accepted.cpu().clamp(min=0)
         counts = verdict.num_accepted.cpu()
@@ -575,9 +604,5 @@ class DraftModelDrafter(Drafter):
                 if node >= int(fed[b]) or j >= len(new) or new[j] != int(tokens[b, node]):
                     break
                 keep[b] = j + 1
-        if last["kind"] == "chain":
-            # Drafted token j sits at slot length + j, exactly where the committed token j goes.
-            runner.set_lengths(runner.lengths + keep.numpy())
-        else:
-            # Only the kept columns: the rest of the path may point at nodes that were never fed.
-            runner.commit(path[:, : int(keep.max())] + 1, keep)
+        # Only the kept columns: the rest of the path may point at nodes that were never fed.
+        runner.commit(path[:, : int(keep.max())] + 1, keep)
