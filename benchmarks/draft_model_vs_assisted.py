@@ -273,10 +273,10 @@ TUNE_POLICIES: dict[str, dict[str, Any]] = {
 def tune_texts(gsm8k_train: Path, count: int, limit: int) -> list[tuple[str, str]]:
     """Held-out tuning text, never the benchmark prompts: questions from the last lines of GSM8K
     *train* (held out from the default pair's training too) and slices of standard-library
-    modules the default pair never trained on (`specdec.zoo.corpus.HELDOUT_MODULES`)."""
+    modules the default pair never trained on (`specdec.tools.zoo.corpus.HELDOUT_MODULES`)."""
     import sysconfig
 
-    from specdec.zoo.corpus import GSM8K_HELDOUT_LINES, HELDOUT_MODULES
+    from specdec.tools.zoo.corpus import GSM8K_HELDOUT_LINES, HELDOUT_MODULES
 
     with open(gsm8k_train, encoding="utf-8") as handle:
         lines = handle.readlines()[-GSM8K_HELDOUT_LINES:]

@@ -29,10 +29,10 @@ from typing import Any
 import torch
 from specdec.benchmarks.datasets import default_path, load_gsm8k, load_humaneval
 from specdec.benchmarks.machine import machine_info
-from specdec.drafters.layerskip.search import SearchSettings, default_calibration_texts, measure
 from specdec.drafters.layerskip.skipset import SkipSet, read_skip_file
 
 from specdec.data import data_file
+from specdec.tools.layer_search import SearchSettings, default_calibration_texts, measure
 
 
 def hand_picked_sets(searched: SkipSet, layers: int, random_draws: int, seed: int) -> dict[str, SkipSet]:

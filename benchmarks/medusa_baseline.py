@@ -3,7 +3,7 @@ SiLU block on the target's final hidden state (the LM head's input) followed by 
 frozen LM head. The block's weight starts at zero (as in Medusa), so every head starts as the
 anchor's own next-token distribution.
 
-It sees what the prompts see (`specdec.drafters.ppd.train`): windows of the same text drawn by the
+It sees what the prompts see (`specdec.tools.ppd.train`): windows of the same text drawn by the
 same seeded sampler, the same anchors, the same label (the frozen target's greedy token k + 1 ahead
 of the anchor, `anchors.greedy_chains`), under a wall-time budget that includes computing the labels.
 Two protocols:
@@ -22,10 +22,11 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
-from specdec.drafters.ppd.anchors import greedy_chains
-from specdec.drafters.ppd.data import sample_windows
-from specdec.drafters.ppd.evaluate import Predictor
-from specdec.drafters.ppd.train import lr_factor, objective, pick_anchors
+
+from specdec.tools.ppd.anchors import greedy_chains
+from specdec.tools.ppd.data import sample_windows
+from specdec.tools.ppd.evaluate import Predictor
+from specdec.tools.ppd.train import lr_factor, objective, pick_anchors
 
 
 class MedusaHeads(torch.nn.Module):

@@ -21,10 +21,11 @@ from pathlib import Path
 import torch
 from specdec.benchmarks.machine import machine_info
 from specdec.benchmarks.medusa_baseline import MedusaConfig, medusa_predictor, train_medusa
-from specdec.drafters.ppd.data import eval_windows, read_texts, split_streams, token_stream
-from specdec.drafters.ppd.evaluate import accuracies_from_counts, anchored_rank_counts, ppd_predictor, summary
 from specdec.drafters.ppd.prompts import PromptCheckpoint
-from specdec.drafters.ppd.train import _load_model, default_args, train
+
+from specdec.tools.ppd.data import eval_windows, read_texts, split_streams, token_stream
+from specdec.tools.ppd.evaluate import accuracies_from_counts, anchored_rank_counts, ppd_predictor, summary
+from specdec.tools.ppd.train import _load_model, default_args, train
 
 # The recipe train-ppd shipped with before this ablation (1200 steps of it made the old default prompts):
 # 8 windows per step, one cut point (anchor) each at a random length, 1 ensemble token, lr 1e-2, KL, 0.8 decay.

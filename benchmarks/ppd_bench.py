@@ -21,13 +21,15 @@ from typing import Any
 import torch
 from specdec.benchmarks.datasets import PromptBuilder, load_dataset
 from specdec.benchmarks.machine import machine_info
-from specdec.drafters.ppd.distill import rank_counts
 from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions, default_checkpoint_path, profile_path_for
-from specdec.drafters.ppd.profile import device_key, load_profile, plot_profile
+from specdec.drafters.ppd.profile import load_profile
 from specdec.drafters.ppd.prompts import PromptCheckpoint
 
 import specdec
 from specdec.api import load_model
+from specdec.costs import device_key
+from specdec.tools.ppd.distill import rank_counts
+from specdec.tools.ppd.profile import plot_profile
 
 DATASETS = {"humaneval": ("humaneval", None), "gsm8k": ("gsm8k", None), "spec_bench": ("spec_bench", None)}
 

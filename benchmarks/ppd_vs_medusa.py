@@ -23,11 +23,12 @@ from pathlib import Path
 import torch
 from specdec.benchmarks.machine import machine_info
 from specdec.benchmarks.medusa_baseline import MedusaConfig, medusa_predictor, train_medusa
-from specdec.drafters.ppd.data import eval_windows, split_streams
-from specdec.drafters.ppd.evaluate import accuracies_from_counts, anchored_rank_counts, ppd_predictor, summary
 from specdec.drafters.ppd.prompts import PromptCheckpoint
-from specdec.drafters.ppd.train import _load_model, default_args, train
-from specdec.drafters.ppd.train import build_parser as ppd_parser
+
+from specdec.tools.ppd.data import eval_windows, split_streams
+from specdec.tools.ppd.evaluate import accuracies_from_counts, anchored_rank_counts, ppd_predictor, summary
+from specdec.tools.ppd.train import _load_model, default_args, train
+from specdec.tools.ppd.train import build_parser as ppd_parser
 
 # train-ppd flags that --ppd-args may change (the recipe; data, budget and evaluation stay shared)
 RECIPE_FLAGS = ("num_ept", "lr", "decay", "loss", "init", "window", "anchors", "max_slots", "batch_size", "warmup")

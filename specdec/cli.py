@@ -1,5 +1,5 @@
-"""The `specdec` command line. `list` and `generate` live here; heavier subcommands live beside
-the code they drive and are imported only when used (see SUBCOMMANDS)."""
+"""The `specdec` command line. `list` and `generate` live here; the other subcommands are the offline
+tools (specdec.tools) and the benchmark (specdec.benchmarks), imported only when used (see SUBCOMMANDS)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import sys
 # name -> ("module:function", one-line help). Each function takes argv (list[str]) and returns an exit code.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("specdec.benchmarks.cli:main", "run a benchmark sweep (Spec-Bench format) with reports and plots"),
-    "search-layers": ("specdec.drafters.layerskip.search:main", "Bayesian search of a layer-skip set"),
-    "profile": ("specdec.drafters.ppd.profile:main", "measure forward latency vs tree size (PPD sizing)"),
-    "train-ppd": ("specdec.drafters.ppd.train:main", "train PPD prompt-token embeddings for a model"),
-    "rank-tokens": ("specdec.drafters.token_ranking:main", "rank a draft model's tokens for a reduced draft vocabulary"),
-    "train-default": ("specdec.zoo.train:main", "train the bundled default model pair (recipe)"),
-    "evaluate-default": ("specdec.zoo.evaluate:main", "evaluate the bundled default model pair"),
+    "search-layers": ("specdec.tools.layer_search:main", "Bayesian search of a layer-skip set"),
+    "profile": ("specdec.tools.ppd.profile:main", "measure forward latency vs tree size (PPD sizing)"),
+    "train-ppd": ("specdec.tools.ppd.train:main", "train PPD prompt-token embeddings for a model"),
+    "rank-tokens": ("specdec.tools.rank_tokens:main", "rank a draft model's tokens for a reduced draft vocabulary"),
+    "train-default": ("specdec.tools.zoo.train:main", "train the bundled default model pair (recipe)"),
+    "evaluate-default": ("specdec.tools.zoo.evaluate:main", "evaluate the bundled default model pair"),
 }
 
 

@@ -433,7 +433,9 @@ def _saved_draft(tmp_path, model):
 
 
 def test_ranking_file_beside_the_draft_sets_the_default_vocab(tmp_path, target, expected, close_draft):
-    from specdec.drafters.token_ranking import read_ranking_file, save_ranking_file
+    from specdec.drafters.token_ranking import read_ranking_file
+
+    from specdec.tools.rank_tokens import save_ranking_file
 
     draft = _saved_draft(tmp_path, close_draft)
     ranking = KEPT + [t for t in range(VOCAB) if t not in KEPT]
@@ -449,7 +451,9 @@ def test_ranking_file_beside_the_draft_sets_the_default_vocab(tmp_path, target, 
 
 
 def test_a_kept_drafter_reads_the_ranking_file_again_when_it_changes(tmp_path, target, expected, close_draft):
-    from specdec.drafters.token_ranking import RANKING_FILE, save_ranking_file
+    from specdec.drafters.token_ranking import RANKING_FILE
+
+    from specdec.tools.rank_tokens import save_ranking_file
 
     draft = _saved_draft(tmp_path, close_draft)
     ranking = KEPT + [t for t in range(VOCAB) if t not in KEPT]
@@ -466,7 +470,7 @@ def test_a_kept_drafter_reads_the_ranking_file_again_when_it_changes(tmp_path, t
 
 
 def test_draft_vocab_errors(tmp_path, target, close_draft):
-    from specdec.drafters.token_ranking import save_ranking_file
+    from specdec.tools.rank_tokens import save_ranking_file
 
     with pytest.raises(DrafterError, match="token ranking"):
         _run(target, PROMPTS[:1], model=close_draft, draft_vocab=8)  # no file beside an in-memory model

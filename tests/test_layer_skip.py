@@ -12,13 +12,13 @@ from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
 from specdec.drafters.draft_fast import default_weight_format
 from specdec.drafters.layerskip.adaptive import AdaptiveOptions, exit_rule
 from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
-from specdec.drafters.layerskip.search import SearchSettings, main, search_skip_set
 from specdec.drafters.layerskip.skipping import LayerSkipper
 from specdec.drafters.layerskip.skipset import SkipSet, load_skip_set, model_fingerprint, save_skip_set
 
 import specdec
 from specdec.errors import DrafterError, PluginOptionsError, UnsupportedModelError
 from specdec.sampling import SamplingParams, process_logits
+from specdec.tools.layer_search import SearchSettings, main, search_skip_set
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -388,7 +388,7 @@ def test_draft_vocab_errors() -> None:
 
 
 def test_rank_tokens_orders_by_frequency() -> None:
-    from specdec.drafters.token_ranking import coverage, rank_tokens
+    from specdec.tools.rank_tokens import coverage, rank_tokens
 
     ranking = rank_tokens([[3, 3, 3, 1, 1, 2], [1, 3]], vocab_size=5)
     assert ranking == [3, 1, 2, 0, 4]  # 3 x4, 1 x3, 2 x1, then unseen by id

@@ -12,22 +12,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
-from specdec.drafters.ppd.anchors import anchored_student_logits, greedy_chains
-from specdec.drafters.ppd.data import eval_windows, token_stream
-from specdec.drafters.ppd.distill import student_logits, teacher_continuation
 from specdec.drafters.ppd.draft_model import PPDDraftModelDrafter, PPDDraftModelOptions
 from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions
-from specdec.drafters.ppd.evaluate import accuracies_from_counts, anchored_rank_counts, ppd_predictor
-from specdec.drafters.ppd.profile import (
-    device_key,
-    goodput_candidates,
-    measure_goodput,
-    plot_profile,
-    run_profile,
-    save_profile,
-)
 from specdec.drafters.ppd.prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
-from specdec.drafters.ppd.train import default_args, objective, read_texts, train
 from specdec.drafters.ppd.trees import (
     build_dynamic_trees,
     build_static_tree,
@@ -38,6 +25,19 @@ from specdec.drafters.ppd.trees import (
 
 import specdec
 from specdec.errors import PluginOptionsError
+from specdec.tools.ppd.anchors import anchored_student_logits, greedy_chains
+from specdec.tools.ppd.data import eval_windows, token_stream
+from specdec.tools.ppd.distill import student_logits, teacher_continuation
+from specdec.tools.ppd.evaluate import accuracies_from_counts, anchored_rank_counts, ppd_predictor
+from specdec.tools.ppd.profile import (
+    device_key,
+    goodput_candidates,
+    measure_goodput,
+    plot_profile,
+    run_profile,
+    save_profile,
+)
+from specdec.tools.ppd.train import default_args, objective, read_texts, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -271,7 +271,7 @@ def test_training_checkpoint_roundtrip_and_wrong_model(tmp_path) -> None:
 
 def test_training_resumes_where_it_stopped(tmp_path, monkeypatch) -> None:
     """An interrupted run resumed with --resume ends exactly where the uninterrupted run ends."""
-    import specdec.drafters.ppd.train as train_module
+    import specdec.tools.ppd.train as train_module
 
     model = tiny_model("llama", seed=4)
     full = train(_train_args(tmp_path, out=str(tmp_path / "a.safetensors"), num_ept=1), model, _CharTokenizer())
@@ -507,7 +507,7 @@ def test_ppd_draft_model_with_the_target_as_draft_accepts_everything() -> None:
 
 
 def test_stdlib_data_keeps_the_zoos_heldout_modules_out_of_training() -> None:
-    from specdec.drafters.ppd.data import stdlib_documents
+    from specdec.tools.ppd.data import stdlib_documents
 
     heldout = stdlib_documents(heldout=True)
     training = read_texts(["stdlib"])

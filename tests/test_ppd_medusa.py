@@ -16,10 +16,11 @@ from specdec.benchmarks.medusa_baseline import (
     train_medusa,
 )
 from specdec.benchmarks.ppd_vs_medusa import main as compare_main
-from specdec.drafters.ppd.anchors import greedy_chains
-from specdec.drafters.ppd.data import eval_windows, sample_windows
-from specdec.drafters.ppd.evaluate import accuracies_from_counts, anchored_rank_counts
-from specdec.drafters.ppd.train import pick_anchors
+
+from specdec.tools.ppd.anchors import greedy_chains
+from specdec.tools.ppd.data import eval_windows, sample_windows
+from specdec.tools.ppd.evaluate import accuracies_from_counts, anchored_rank_counts
+from specdec.tools.ppd.train import pick_anchors
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

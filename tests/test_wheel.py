@@ -81,7 +81,7 @@ def test_wheel_carries_the_shipped_data_and_the_installed_package_reads_it(insta
         "from specdec import registry\n"
         "from specdec.benchmarks.datasets import DEFAULT_KINDS, default_path\n"
         "from specdec.data import data_file\n"
-        "from specdec.zoo.corpus import build_corpus\n"
+        "from specdec.tools.zoo.corpus import build_corpus\n"
         "for name in registry.known_names('drafter'): registry.load_class('drafter', name)\n"
         "files = {m: getattr(sys.modules[m], '__file__', None) for m in list(sys.modules) if m.startswith('specdec')}\n"
         "print(json.dumps({'specdec': specdec.__file__, 'modules': files,\n"

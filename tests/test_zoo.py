@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import specdec.zoo as zoo
-from specdec.zoo.train import PRESETS, per_token_macs, train
+from specdec.tools.zoo.train import PRESETS, per_token_macs, train
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_distillation_moves_the_student_towards_the_teacher(tmp_path):
     than with next-token loss alone, and `init_from` starts it from the given weights."""
     from transformers import LlamaForCausalLM
 
-    from specdec.zoo.train import distillation_loss, prepare_data
+    from specdec.tools.zoo.train import distillation_loss, prepare_data
 
     base = dataclasses.replace(PRESETS["tiny"], steps=24, ckpt_every=24)
     train(base, tmp_path / "teacher", progress=False)
@@ -146,7 +146,7 @@ def test_missing_weights_raise_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_corpus_holds_out_its_evaluation_modules():
-    from specdec.zoo.corpus import HELDOUT_MODULES, build_corpus
+    from specdec.tools.zoo.corpus import HELDOUT_MODULES, build_corpus
 
     corpus = build_corpus()
     man = corpus.manifest
@@ -161,7 +161,7 @@ def test_corpus_holds_out_its_evaluation_modules():
 def test_corpus_reads_the_shipped_gsm8k_file_the_default_model_was_trained_on():
     """The recipe's corpus hash stays valid: the GSM8K text ships in the package, byte for byte."""
     from specdec.data import data_dir
-    from specdec.zoo.corpus import build_corpus
+    from specdec.tools.zoo.corpus import build_corpus
 
     recipe = json.loads((zoo.default_model_dir() / "recipe.json").read_text())["manifest"]
     man = build_corpus().manifest
@@ -175,7 +175,7 @@ def test_corpus_reads_the_shipped_gsm8k_file_the_default_model_was_trained_on():
 
 
 def test_corpus_names_a_missing_gsm8k_file(tmp_path):
-    from specdec.zoo.corpus import build_corpus
+    from specdec.tools.zoo.corpus import build_corpus
 
     with pytest.raises(FileNotFoundError, match="GSM8K train file .*nope.jsonl"):
         build_corpus(gsm8k_path=tmp_path / "nope.jsonl")

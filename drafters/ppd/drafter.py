@@ -22,11 +22,12 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from specdec.costs import device_key
 from specdec.draft import Draft, ExtraSlots, Verdict
 from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
 
-from .profile import device_key, load_profile
+from .profile import load_profile
 from .prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
 from .trees import TreeSet, build_dynamic_trees, build_static_tree, prior_accuracies
 
@@ -158,8 +159,8 @@ class PPDDrafter(Drafter):
 
     def _goodput_choice(self, checkpoint_path: Path | None, device: torch.device) -> tuple[int | None, int | None]:
         """(prompt count, ensemble tokens) the device profile measured the goodput controller fastest with
-        (see `profile.measure_goodput`), or Nones without one: the prompt slots under the root are paid on
-        every drafting step, so how many pay depends on the device."""
+        (see `specdec.tools.ppd.profile.measure_goodput`), or Nones without one: the prompt slots under
+        the root are paid on every drafting step, so how many pay depends on the device."""
         opts = self.options
         profile_file = Path(opts.profile) if opts.profile else (
             profile_path_for(checkpoint_path) if checkpoint_path is not None else None)

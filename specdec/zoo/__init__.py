@@ -1,7 +1,7 @@
 """The bundled default model pair: a small Llama target and draft trained by this project.
 
 No model hub is reachable offline, so specdec trains and ships its own pair
-(see ``specdec/zoo/default/MODEL_CARD.md`` and ``python -m specdec.zoo.train``).
+(see ``specdec/zoo/default/MODEL_CARD.md`` and ``python -m specdec.tools.zoo.train``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def load_default() -> DefaultModels:
     if missing:
         raise FileNotFoundError(
             f"specdec's default model weights are missing ({', '.join(missing)} under {root}); "
-            "reinstall specdec or rebuild them with `python -m specdec.zoo.train` and `python -m specdec.zoo.export`."
+            "reinstall specdec or rebuild them with `python -m specdec.tools.zoo.train` and "
+            "`python -m specdec.tools.zoo.export`."
         )
     models = []
     for name in ("target", "draft"):

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import torch
 
+from specdec.drafters.ppd.prompts import PromptCheckpoint, init_prompts, model_fingerprint
+
 from .anchors import anchored_student_logits, greedy_chains
 from .data import eval_windows, read_texts, sample_windows, split_streams, token_stream  # noqa: F401  (public API)
 from .evaluate import MIN_CONTEXT, accuracies_from_counts, anchored_rank_counts, ppd_predictor, summary
-from .prompts import PromptCheckpoint, init_prompts, model_fingerprint
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,7 @@
 """Training and held-out text for PPD prompts (and the Medusa baseline that is compared with them).
 
 `--data stdlib` (the default) is the running interpreter's standard library minus the modules the
-bundled models never saw (`specdec.zoo.corpus.HELDOUT_MODULES`); those modules are then the held-out
+bundled models never saw (`specdec.tools.zoo.corpus.HELDOUT_MODULES`); those modules are then the held-out
 text, so prompts are scored on code neither the model nor the prompts were trained on. Other data
 (files, directories, .jsonl such as GSM8K *train*) is split by holding out the tail of the shuffled
 token stream, unless --eval-data names held-out text. The project's evaluation sets are refused.
@@ -23,7 +23,7 @@ STDLIB = "stdlib"
 def stdlib_documents(heldout: bool) -> list[str]:
     """The interpreter's stdlib sources (tests and site-packages excluded, sorted): the zoo's held-out
     modules if `heldout`, else all the others."""
-    from specdec.zoo.corpus import is_heldout, stdlib_files, stdlib_root
+    from specdec.tools.zoo.corpus import is_heldout, stdlib_files, stdlib_root
 
     root = stdlib_root()
     docs = []
@@ -97,7 +97,7 @@ def split_streams(data: Sequence[str], tokenizer, window: int, eval_data: Sequen
         return stream, token_stream(read_texts(eval_data), tokenizer, seed), "--eval-data " + " ".join(eval_data)
     if list(map(str, data)) == [STDLIB]:
         heldout = token_stream(stdlib_documents(heldout=True), tokenizer, seed)
-        return stream, heldout, "stdlib modules held out of the zoo's corpus (specdec.zoo.corpus.HELDOUT_MODULES)"
+        return stream, heldout, "stdlib modules held out of the zoo's corpus (specdec.tools.zoo.corpus.HELDOUT_MODULES)"
     cut = max(window + 8, int(len(stream) * heldout_fraction))
     if len(stream) < cut + window + 8:
         raise ValueError(f"only {len(stream)} tokens of training text; need more than {cut + window + 8}")

@@ -1,7 +1,7 @@
 """Held-out evaluation of the bundled pair; writes the numbers into MODEL_CARD.md.
 
 Every number in the model card comes from this script, so anyone can re-run
-``python -m specdec.zoo.evaluate`` and check it.
+``python -m specdec.tools.zoo.evaluate`` and check it.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specdec.tools.zoo.corpus import build_corpus
+from specdec.tools.zoo.train import per_token_macs, token_stream
 from specdec.zoo import default_model_dir
-from specdec.zoo.corpus import build_corpus
-from specdec.zoo.train import per_token_macs, token_stream
 
 SAMPLE_PROMPTS = (
     "def parse_args(",
@@ -135,7 +135,7 @@ def run(root: Path, seq_len: int, max_tokens: int, new_tokens: int, fp32_runs: P
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specdec.zoo.card import write_card
+    from specdec.tools.zoo.card import write_card
 
     parser = argparse.ArgumentParser(description="Evaluate the shipped pair on the held-out set.")
     parser.add_argument(

@@ -1,12 +1,13 @@
 """How much continuous batching could add on the batching benchmark, predicted from the fitted step cost.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/results/batching/continuous_sim.py > benchmarks/results/batching/continuous_sim.txt
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/scripts/batching/continuous_sim.py > benchmarks/results/batching/continuous_sim.txt
 
 Greedy drafts are deterministic, so anpd's run on a prompt is fixed by the prompt's greedy output: this
 replays anpd (the real `draft_chain` and `HeuristicLength`) against the greedy outputs of the benchmark's
-16 prompts, then prices each decoding step with the fit of `step_cost.py`. Static batching (what
-`specdec.generate` does and the benchmark measures) runs consecutive batches of B until their slowest
-row is done; continuous batching keeps B rows busy, a finished row's slot taking the next prompt.
+16 prompts, then prices each decoding step with the fit of `step_cost.py` (its output in
+benchmarks/results/batching/). Static batching (what `specdec.generate` does and the benchmark
+measures) runs consecutive batches of B until their slowest row is done; continuous batching keeps B
+rows busy, a finished row's slot taking the next prompt.
 Prefill is left out (the same in every case), so the ratios are decode-only. A model, not a measurement:
 the static predictions are printed beside the measured decode speedups to show how far to trust it.
 """
@@ -25,9 +26,11 @@ from specdec.drafters.ngram_table import NGramTable
 
 import specdec
 
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "batching"  # step_cost.txt, result.json
+
 # The fit that step_cost.py wrote: ms per step (F), per row (R), per extra verified token (T), per 1000 cached (C).
 _FIT = re.search(r"F ([\d.]+) per step, r ([\d.]+) per row, t ([\d.]+) per extra verified token, c ([\d.]+)",
-                 Path(__file__).with_name("step_cost.txt").read_text())
+                 (RESULTS / "step_cost.txt").read_text())
 F, R, T, C = (float(value) for value in _FIT.groups())
 PAPER = AnpdOptions()  # N and K of the drafter's defaults
 BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -78,7 +81,7 @@ prompts = load_prompts(pair.tokenizer, pair.target.config.max_position_embedding
 outputs = specdec.generate(pair.target, prompts, drafter="none", max_new_tokens=64, eos_token_id=[]).sequences
 plain = [[(0, len(p) + i) for i in range(64)] for p in prompts]
 measured = {}
-result = Path(__file__).with_name("result.json")
+result = RESULTS / "result.json"
 if result.exists():
     rows = json.loads(result.read_text())["rows"]
     ar = {r["batch"]: r["decode_tokens_per_cpu_second"] for r in rows if r["mode"] == "autoregressive"}

@@ -1,6 +1,6 @@
 """Where a verification forward's time goes on this CPU (1 thread, CPU time, not wall time).
 
-    .venv/bin/python benchmarks/results/batching/verify_cost.py > benchmarks/results/batching/verify_cost.txt
+    .venv/bin/python benchmarks/scripts/batching/verify_cost.py > benchmarks/results/batching/verify_cost.txt
 
 1. TargetRunner.verify_forward on the default target for B in {1, 8}, T in {1, 3, 6} new tokens per
    row (a chain, 300 cached tokens per row), and the split of a B=1 forward between the model's

@@ -23,8 +23,8 @@ from tqdm import tqdm
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 from transformers.optimization import get_cosine_schedule_with_warmup
 
-from specdec.zoo.corpus import build_corpus
-from specdec.zoo.tokenizer import train_tokenizer
+from specdec.tools.zoo.corpus import build_corpus
+from specdec.tools.zoo.tokenizer import train_tokenizer
 
 
 @dataclass

@@ -7,7 +7,7 @@ SL=$(python -c "import sysconfig; print(sysconfig.get_paths()['stdlib'])")
 GSM=$(python -c "from specdec.data import data_file; print(data_file('gsm8k_train'))")
 DATA="$GSM $SL/asyncio $SL/email $SL/logging $SL/http $SL/collections $SL/concurrent $SL/importlib $SL/xml $SL/urllib"
 
-# /tmp/ppd_dev/{target_final,draft} = runs/{target,draft}/final exported exactly as specdec.zoo.export does
+# /tmp/ppd_dev/{target_final,draft} = runs/{target,draft}/final exported exactly as specdec.tools.zoo.export does
 # (bf16 round trip): the shipped weights (fingerprints checked equal), so training could start before the export.
 
 # 1. prompt tokens for the default draft model (used by ppd_draft_model): 400 steps, ~3 min

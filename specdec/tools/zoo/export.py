@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
+from specdec.tools.zoo.train import PRESETS, llama_config
 from specdec.zoo import default_model_dir
-from specdec.zoo.train import PRESETS, llama_config
 
 
 def load_run(run_dir: Path) -> LlamaForCausalLM:

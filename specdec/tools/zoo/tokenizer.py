@@ -49,7 +49,7 @@ def round_trips(tokenizer: PreTrainedTokenizerFast, text: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specdec.zoo.corpus import build_corpus
+    from specdec.tools.zoo.corpus import build_corpus
 
     parser = argparse.ArgumentParser(description="Train the byte-level BPE on the training split.")
     parser.add_argument("--out", type=Path, default=Path("runs/tokenizer"))

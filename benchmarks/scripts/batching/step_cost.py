@@ -1,6 +1,6 @@
 """What one decoding step costs in a batch on this CPU, fitted from real generations (1 thread, CPU time).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/results/batching/step_cost.py > benchmarks/results/batching/step_cost.txt
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/scripts/batching/step_cost.py > benchmarks/results/batching/step_cost.txt
 
 Runs the batching benchmark's 16 prompts at B=8 (2 batches, 64 new tokens, greedy) with autoregressive
 decoding, anpd (paper defaults and min_match=2) and the oracle at two accuracies, timing every

@@ -3,7 +3,7 @@
 # Target: the bundled draft model used as a target (3.1M parameters, 2 layers, zoo recipe `draft_kd`),
 # draft: a 128-wide 2-layer model trained for this run by the zoo recipe's `draft128` preset with another
 # seed and a short budget (so another corpus order):
-#   .venv/bin/python -m specdec.zoo.train draft128 --run-dir /work/second/draft128 \
+#   .venv/bin/python -m specdec.tools.zoo.train draft128 --run-dir /work/second/draft128 \
 #       --tokenizer specdec/zoo/default/target --steps 150 --seed 5 --threads 1     # 355 s, loss 4.77
 #   cp -r specdec/zoo/default/draft /work/second/target && rm /work/second/target/token_ranking.json
 #   and "dtype": "float32" in its config.json (the bundled copy says bfloat16, and in bf16 even `none`

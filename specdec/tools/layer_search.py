@@ -44,10 +44,10 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..draft_fast import WeightFormat, default_weight_format, fast_forward_for
-from .drafter import LayerSkipDrafter, LayerSkipOptions
-from .skipping import num_layers as count_layers
-from .skipset import SkipSet, model_fingerprint, save_skip_set
+from specdec.drafters.draft_fast import WeightFormat, default_weight_format, fast_forward_for
+from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
+from specdec.drafters.layerskip.skipping import num_layers as count_layers
+from specdec.drafters.layerskip.skipset import SkipSet, model_fingerprint, save_skip_set
 
 CACHE_FORMAT = "specdec.layer_skip_search/1"
 
@@ -176,9 +176,8 @@ def measure_cost_model(model: Any, prompt: list[int], max_width: int, vocab_rank
                        draft_weights: WeightFormat | None = None) -> CostModel:
     """Time (CPU, this process) the forwards the cost model prices, on the engine's own cache code;
     drafts on the path the drafter takes (`fast_forward`: the lean forward where supported)."""
+    from specdec.drafters.layerskip.skipping import LayerSkipper
     from specdec.target import TargetRunner
-
-    from .skipping import LayerSkipper
 
     draft_weights = draft_weights or default_weight_format(model)
 
@@ -654,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache) if args.cache else out.with_suffix(".search.json")
     ranking = None
     if args.vocab_corpus or args.vocab_files:
-        from ..token_ranking import ranking_from_texts, ranking_texts
+        from specdec.tools.rank_tokens import ranking_from_texts, ranking_texts
 
         vocab_texts = ranking_texts(args.vocab_corpus, args.vocab_files)
         ranking = ranking_from_texts(vocab_texts, tokenizer, int(model.get_output_embeddings().weight.shape[0]))
