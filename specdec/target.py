@@ -8,13 +8,13 @@ which transformers 5.x passes through unchanged to eager and SDPA attention.
 from __future__ import annotations
 
 import inspect
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from .attention import attention_view, grouped_sdpa
 from .cpu_linear import packed_view
 from .forward_arguments import cache_keyword
 from .kv_cache import RaggedKVCache
@@ -24,13 +24,12 @@ from .layer_attention import layer_attention
 # Rows of a batch verify different numbers of tokens and have different cache lengths.
 # Packed inputs: instead of padding every row to the widest, the model gets the real tokens only,
 # packed into one [1, N] row, so every projection, MLP and the LM head run on N rows instead of B x T.
-# Only attention needs the row structure, so a registered attention function handles it: either
-# dense (re-pad the queries to [B, T], one SDPA over the ragged cache with the 4-D mask, pack again),
-# or per row (one SDPA per row over that row's own slots only), chosen once per forward when the rows'
-# cache lengths differ enough that the dense call would mostly attend to masked-out slots (on a CPU
-# SDPA's cost follows the slots it reads, masked or not). Keys and values of packed tokens are
+# Only attention needs the row structure: the runtime's attention function (`specdec.attention`) gets the
+# forward's `_Layout` and either re-pads the queries to [B, T] for one SDPA over the ragged cache with the
+# 4-D mask, or (on a CPU) runs one SDPA per row over that row's own slots only, chosen once per forward
+# when the rows' cache lengths differ enough that the dense call would mostly attend to masked-out slots
+# (on a CPU SDPA's cost follows the slots it reads, masked or not). Keys and values of packed tokens are
 # scattered into the cache by `RaggedLayer.update` from the plan's packed (row, slot) pairs.
-RAGGED_ATTENTION = "specdec_ragged"
 _PACKABLE_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})  # attention through AttentionInterface
 # Per-row attention pays when the dense call would read this many masked-out slots per row on average
 # (one SDPA call costs about as much as reading ~50-100 slots on the project's CPU; see the batching
@@ -40,7 +39,8 @@ ROW_ATTENTION_MIN_WASTE = 64
 
 @dataclass
 class _Layout:
-    """How the current forward's queries map to rows; read by `_ragged_attention` in every layer."""
+    """How the current forward's queries map to rows; passed with the forward (`specdec_layout`) to the
+    runtime's attention function in every layer."""
 
     batch: int
     steps: int
@@ -62,56 +62,35 @@ class _Layout:
             self.row_masks[id(attention_mask)] = cut
         return cut
 
-
-_ACTIVE = threading.local()  # the layout of the forward running on this thread
-
-
-def _ragged_attention(module, query, key, value, attention_mask, **kwargs):
-    """query [1, H, N, D] (packed) or [B, H, T, D]; key/value [B, Hkv, S, D] from the ragged cache.
-    Returns [1, N, H, D] or [B, T, H, D] as transformers' attention functions do."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    layout: _Layout = _ACTIVE.layout
-    if layout.rows is not None:
-        gqa = key.shape[1] != query.shape[1]
-        scale = kwargs.get("scaling")
-        parts = []
-        masks = layout.masks_of_rows(attention_mask)
-        for row, ((queries, _, kv_len), mask) in enumerate(zip(layout.rows, masks)):
-            row_query = query[:, :, queries] if layout.flat is not None else query[row : row + 1]
-            parts.append(torch.nn.functional.scaled_dot_product_attention(
-                row_query, key[row : row + 1, :, :kv_len], value[row : row + 1, :, :kv_len], attn_mask=mask,
-                scale=scale, enable_gqa=gqa))
-        return torch.cat(parts, dim=2 if layout.flat is not None else 0).transpose(1, 2), None
-    if layout.flat is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    _, heads, _, dim = query.shape
-    padded = query.new_zeros(layout.batch * layout.steps, heads, dim)
-    padded[layout.flat] = query[0].transpose(0, 1)
-    padded = padded.view(layout.batch, layout.steps, heads, dim).transpose(1, 2)
-    output, _ = sdpa_attention_forward(module, padded, key, value, attention_mask, **kwargs)  # [B, T, H, D]
-    return output.reshape(layout.batch * layout.steps, heads, dim)[layout.flat][None], None
-
-
-def _register_packed_attention() -> bool:
-    try:
-        from transformers import AttentionInterface
-    except ImportError:  # older transformers: padded inputs and dense attention only
-        return False
-    AttentionInterface.register(RAGGED_ATTENTION, _ragged_attention)
-    return True
-
-
-_PACKED_AVAILABLE = _register_packed_attention()
+    def attend(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attention_mask: torch.Tensor, scaling: float | None, **kwargs) -> torch.Tensor:
+        """query [1, H, N, D] (packed) or [B, H, T, D]; key/value [B, Hkv, S, D] from the ragged cache.
+        Returns [1, N, H, D] or [B, T, H, D]."""
+        if self.rows is not None:
+            parts = []
+            for row, ((queries, _, kv_len), mask) in enumerate(zip(self.rows, self.masks_of_rows(attention_mask))):
+                row_query = query[:, :, queries] if self.flat is not None else query[row : row + 1]
+                parts.append(grouped_sdpa(module, row_query, key[row : row + 1, :, :kv_len],
+                                          value[row : row + 1, :, :kv_len], mask, scaling, **kwargs))
+            return torch.cat(parts, dim=1 if self.flat is not None else 0)
+        if self.flat is None:
+            return grouped_sdpa(module, query, key, value, attention_mask, scaling, **kwargs)
+        _, heads, _, dim = query.shape
+        padded = query.new_zeros(self.batch * self.steps, heads, dim)
+        padded[self.flat] = query[0].transpose(0, 1)
+        padded = padded.view(self.batch, self.steps, heads, dim).transpose(1, 2)
+        output = grouped_sdpa(module, padded, key, value, attention_mask, scaling, **kwargs)  # [B, T, H, D]
+        return output.reshape(self.batch * self.steps, heads, dim)[self.flat][None]
 
 
 def supports_packed_inputs(model: torch.nn.Module) -> bool:
     """Packed inputs need an attention module that dispatches through transformers' AttentionInterface
-    on SDPA and takes positions from `position_ids` (RoPE), which the Llama family does."""
+    on SDPA (so the runtime's view selects `specdec_sdpa`, which gets the layout) and takes positions from
+    `position_ids` (RoPE), which the Llama family does."""
     config = model.config
-    return (_PACKED_AVAILABLE and getattr(config, "model_type", None) in _PACKABLE_MODEL_TYPES
+    return (getattr(config, "model_type", None) in _PACKABLE_MODEL_TYPES
             and getattr(config, "_attn_implementation", None) == "sdpa"
-            and hasattr(config, "_attn_implementation_internal"))
+            and hasattr(config, "_attn_implementation_internal") and attention_view(model) is not model)
 
 
 def check_packed_inputs(model: torch.nn.Module, padded: bool, packed_inputs: bool | None) -> None:
@@ -161,10 +140,12 @@ class TargetRunner:
         """`packed_inputs`: verify only the real tokens of each row, packed (None = in unpadded mode when
         the model supports it; the padded mode is the vanilla method and always pads its inputs)."""
         self.model = model
-        # Prefill and verification run a view of the model with oneDNN linear layers where that applies
-        # (fp32 on a CPU; `specdec.cpu_linear`), else the model itself. Scratch forwards run the model
-        # itself: a LayerSkipper patches the model's own modules while a self-speculating drafter drafts.
-        self.forward_model = packed_view(model) or model
+        # Prefill and verification run the runtime's view of the model: its attention function (SDPA over
+        # the stored KV heads, ragged layouts; `specdec.attention`) and oneDNN linear layers where that
+        # applies (fp32 on a CPU; `specdec.cpu_linear`). Scratch forwards run the model itself: a
+        # LayerSkipper patches the model's own modules while a self-speculating drafter drafts.
+        viewed = attention_view(model)
+        self.forward_model = packed_view(viewed) or viewed
         self.device = model_device(model)
         self.dtype = model_dtype(model)
         self.num_layers = model.config.num_hidden_layers
@@ -264,7 +245,8 @@ class TargetRunner:
         if last_logits_only and self._accepts_logits_to_keep:
             kwargs["logits_to_keep"] = 1
         mask = None if plain_causal else self._mask(start, positions, visible)
-        layout = self._layout(start, valid, batch, steps, mask)
+        # Scratch forwards run the user's model, which has no specdec attention: never a ragged layout.
+        layout = None if scratch else self._layout(start, valid, batch, steps, mask)
         if layout is None:
             self.cache.set_plan(start, steps, device=device)
             return model(
@@ -284,19 +266,13 @@ class TargetRunner:
                 input_ids = input_ids.to(device).reshape(-1)[layout.flat][None]
             if inputs_embeds is not None:
                 inputs_embeds = inputs_embeds.reshape(batch * steps, -1)[layout.flat][None]
-        config = self.model.config
-        previous = config._attn_implementation_internal
-        config._attn_implementation_internal = RAGGED_ATTENTION
-        _ACTIVE.layout = layout
         try:
             logits = model(
                 input_ids=None if input_ids is None else input_ids.to(device), inputs_embeds=inputs_embeds,
-                attention_mask=mask, position_ids=position_ids, use_cache=True,
+                attention_mask=mask, position_ids=position_ids, use_cache=True, specdec_layout=layout,
                 **{self._cache_keyword: self.cache}, **kwargs,
             ).logits
         finally:
-            config._attn_implementation_internal = previous
-            _ACTIVE.layout = None
             self.cache.set_plan(start, steps, device=device)
         if layout.flat is None or last_logits_only:  # packed + last only: the last packed token's logits
             return logits

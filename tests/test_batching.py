@@ -139,18 +139,19 @@ def layouts():
     """Record the layout (packed?, per-row?) of every call of specdec's ragged attention function."""
     from transformers import AttentionInterface
 
-    import specdec.target as target_module
+    from specdec.attention import SPECDEC_ATTENTION, specdec_attention
 
     seen = []
 
     def spy(*args, **kwargs):
-        layout = target_module._ACTIVE.layout
-        seen.append((layout.flat is not None, layout.rows is not None))
-        return target_module._ragged_attention(*args, **kwargs)
+        layout = kwargs.get("specdec_layout")
+        if layout is not None:  # a ragged forward
+            seen.append((layout.flat is not None, layout.rows is not None))
+        return specdec_attention(*args, **kwargs)
 
-    AttentionInterface.register(target_module.RAGGED_ATTENTION, spy)
+    AttentionInterface.register(SPECDEC_ATTENTION, spy)
     yield seen
-    AttentionInterface.register(target_module.RAGGED_ATTENTION, target_module._ragged_attention)
+    AttentionInterface.register(SPECDEC_ATTENTION, specdec_attention)
 
 
 @pytest.mark.parametrize("per_row", [False, True])
