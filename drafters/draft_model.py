@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import weakref
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,14 +26,12 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from specdec.draft import Draft, Verdict, node_depths
-from specdec.engine import tree_layout
+from specdec.draft import Draft, Verdict, node_depths, tree_layout
 from specdec.errors import DrafterError
-from specdec.model_support import check_model_supported
 from specdec.plugins import DecodeState, Drafter, GenerationContext
 from specdec.rng import RowGenerators
+from specdec.runner import TargetRunner, check_model_supported, context_length
 from specdec.sampling import SamplingParams, process_logits, sample
-from specdec.target import TargetRunner, context_length
 
 from .draft_fast import FastDraftForward, WeightFormat, default_weight_format, fast_forward_for
 from .draft_schedule import ConfidenceExit, HeuristicLength
@@ -53,6 +50,9 @@ class DraftModelOptions(BaseModel):
 
     model: Any = Field("default", description='a transformers causal LM, a local model directory, or "default" '
                                               "(the bundled draft of specdec's default pair)")
+    device: str | None = Field(None, description="where a draft loaded from a path runs (default: the target's device)")
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="precision of a draft loaded from a path (default: the target's)")
     tokenizer: Any | None = Field(None, description="the draft's tokenizer, compared with the target's when both "
                                                     "are known (loaded from a model directory when present)")
     k: int = Field(3, ge=1, le=256, description="tokens per draft (initial length for the heuristic schedule)")
@@ -114,11 +114,25 @@ class DraftModelOptions(BaseModel):
         return self
 
 
-@lru_cache(maxsize=4)
-def _load_from_path(path: str) -> tuple[Any, Any | None]:
-    """Load a draft model (and its tokenizer when one is saved beside it) from local files once."""
+# Draft models loaded from a path, per target model (weak keys): a draft lives as long as the target it
+# drafts for, never longer, and one loaded for a target is reused by every call on it.
+_LOADED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, str], tuple[Any, Any | None]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def load_draft(path: str, target: Any, device: str | None = None, dtype: str | None = None
+               ) -> tuple[Any, Any | None]:
+    """A draft model (and its tokenizer when one is saved beside it) loaded from local files ("default": the
+    bundled draft) onto `device` in `dtype`, by default the target's; kept per target (see `_LOADED`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    weight = target.get_input_embeddings().weight
+    where = torch.device(device) if device is not None else weight.device
+    precision = _DTYPES[dtype] if dtype is not None else weight.dtype
+    key = (path, str(where), str(precision))
+    loaded = _LOADED.setdefault(target, {})
+    if key in loaded:
+        return loaded[key]
     if path == "default":
         from specdec.zoo import default_model_dir
 
@@ -128,11 +142,15 @@ def _load_from_path(path: str) -> tuple[Any, Any | None]:
             raise FileNotFoundError(f"specdec's default draft model is missing under {model_dir}")
     else:
         model_dir = tokenizer_dir = Path(path)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=precision, local_files_only=True).to(where).eval()
     tokenizer = None
     if any(Path(tokenizer_dir).glob("tokenizer*")):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    loaded[key] = (model, tokenizer)
     return model, tokenizer
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def tree_levels(branches: int, branch_depth: int, depth: int) -> list[list[int]]:
@@ -182,17 +200,17 @@ class DraftModelDrafter(Drafter):
         self._head_for: tuple[weakref.ref, Path | None, int, list[int] | None] | None = None  # see `_draft_head`
 
     # -- setup and teardown ------------------------------------------------------------------
-    def _draft_model(self) -> tuple[Any, Any | None]:
+    def _draft_model(self, target: Any) -> tuple[Any, Any | None]:
         opts: DraftModelOptions = self.options
         if isinstance(opts.model, (str, os.PathLike)):
-            model, tokenizer = _load_from_path(str(opts.model))
+            model, tokenizer = load_draft(str(opts.model), target, opts.device, opts.dtype)
         else:
             model, tokenizer = opts.model, None
         return model, opts.tokenizer if opts.tokenizer is not None else tokenizer
 
     def setup(self, context: GenerationContext) -> None:
         opts: DraftModelOptions = self.options
-        self.model, draft_tokenizer = self._draft_model()
+        self.model, draft_tokenizer = self._draft_model(context.model)
         self.vocab = self._resolve_vocab(context.model, context.tokenizer, draft_tokenizer)
         if self._supported is None or self._supported() is not self.model:
             check_model_supported(self.model)

@@ -38,26 +38,49 @@ class GenerationOutput:
     verifier: str = ""
 
 
-def load_model(model: Any, tokenizer: Any | None = None) -> tuple[Any, Any | None]:
-    """Accept a model instance, a local directory, or "default" (the bundled model pair)."""
+#: dtypes a model loaded from a path may be given by name.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """A torch dtype from its name ("bfloat16", ...) or itself; None stays None."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (or a torch.dtype), got {dtype!r}")
+    return DTYPES[dtype]
+
+
+def load_model(model: Any, tokenizer: Any | None = None, device: str | torch.device | None = None,
+               dtype: str | torch.dtype | None = None) -> tuple[Any, Any | None]:
+    """Accept a model instance, a local directory, or "default" (the bundled model pair). A model loaded here
+    goes to `device` (default: the CPU) in `dtype` (default: the checkpoint's; the bundled pair's is
+    float32); a model passed in is used as it is (specdec never moves or casts the user's model)."""
+    dtype = parse_dtype(dtype)
     if isinstance(model, (str, os.PathLike)):
         if str(model) == "default":
             from .zoo import load_default
 
-            pair = load_default()
+            pair = load_default(device=device, dtype=dtype)
             return pair.target, tokenizer if tokenizer is not None else pair.tokenizer
         path = Path(model)
         if not path.is_dir():
             raise FileNotFoundError(f"model path {str(path)!r} is not a local directory (specdec never downloads)")
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        loaded = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        loaded = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
+                                                      **({"dtype": dtype} if dtype is not None else {}))
+        if device is not None:
+            loaded = loaded.to(device)
         loaded.eval()
         if tokenizer is None and any(path.glob("tokenizer*")):
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         return loaded, tokenizer
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
         raise TypeError(f"model must be a transformers causal LM or a local path, got {type(model).__name__}")
+    if device is not None or dtype is not None:
+        raise ValueError("device and dtype apply to a model loaded from a path or \"default\"; a model passed in "
+                         "runs where it is (move or cast it yourself: specdec never modifies the user's model)")
     return model, tokenizer
 
 
@@ -166,6 +189,8 @@ def generate(
     max_batch_size: int | None = None,
     controller: bool | dict | ControllerOptions = True,
     cost_model: CostModel | None = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
 ) -> GenerationOutput:
     """Generate with speculative decoding. See the README for the accepted forms of each argument.
 
@@ -189,6 +214,10 @@ def generate(
 
     `cost_model`: the `specdec.costs.CostModel` to price steps with (None = the one kept for this model
     and device, measured at first use). Pass the same one to pin decisions across processes.
+
+    `device`, `dtype` (a model given as a path or "default"): where and in what precision to load it, e.g.
+    device="cuda", dtype="bfloat16"; a drafter's own assets (a draft model by path) follow the target's
+    device and dtype unless its options say otherwise.
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
@@ -211,7 +240,7 @@ def generate(
     verifier_obj = resolve_verifier(verifier, verifier_options, sampling)
     if controller_options is None and drafter_obj.name == "auto":
         raise ValueError('drafter="auto" is the goodput controller choosing drafters; it needs controller=True')
-    model, tokenizer = load_model(model, tokenizer)
+    model, tokenizer = load_model(model, tokenizer, device, dtype)
     prompts = normalize_prompts(prompt, tokenizer)
     ctx = context_length(model)
     for index, row in enumerate(prompts):

@@ -59,7 +59,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
         from .api import load_model
 
-        model, tokenizer = load_model(args.model)
+        model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
         if tokenizer is None:
             raise SystemExit("--stream needs a tokenizer beside the model")
         streamer = TextStreamer(tokenizer, skip_prompt=True)
@@ -69,7 +69,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         model, args.prompt, tokenizer=tokenizer, drafter=args.drafter, verifier=args.verifier,
         drafter_options=_parse_options(args.drafter_option), verifier_options=_parse_options(args.verifier_option),
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-        seed=args.seed, streamer=streamer,
+        seed=args.seed, streamer=streamer, **({} if args.stream else {"device": args.device, "dtype": args.dtype}),
     )
     if streamer is None:
         print(args.prompt + out.text[0] if out.text else out.sequences[0])
@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=None)
     gen.add_argument("--top-p", type=float, default=None)
     gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--device", default=None, help='where to load the model, e.g. "cuda" (default: the CPU)')
+    gen.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                     help="precision to load the model in (default: the checkpoint's; the bundled pair's is float32)")
     gen.add_argument("--stream", action="store_true", help="print tokens as they are committed")
     gen.set_defaults(func=_cmd_generate)
     for name, (_, help_text) in SUBCOMMANDS.items():

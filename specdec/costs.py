@@ -493,13 +493,15 @@ def measure_verify(model: Any, batch: int, grid: tuple[int, ...], packed: bool |
     """Seconds of a verification forward (chains, inputs spread evenly over the rows) for each
     number of extra inputs in `grid`, on a prefix of `context` random tokens per row. Sizes are
     interleaved each round, so load drift on a shared machine hits all of them alike."""
-    from .engine import tree_layout
+    from .draft import tree_layout
+    from .padded_runner import PaddedTargetRunner
     from .target import TargetRunner
 
     vocab = int(model.get_input_embeddings().weight.shape[0])
     generator = torch.Generator().manual_seed(seed)
     widest = _widest(max(grid), batch)
-    runner = TargetRunner(model, batch, context + widest + 2, padded=padded, packed_inputs=None if padded else packed)
+    runner = (PaddedTargetRunner(model, batch, context + widest + 2) if padded
+              else TargetRunner(model, batch, context + widest + 2, packed_inputs=packed))
     times: dict[int, list[float]] = {extra: [] for extra in grid}
     try:
         with torch.inference_mode():

@@ -201,3 +201,26 @@ def path_to(parents: torch.Tensor, node: torch.Tensor, length: torch.Tensor, wid
         path[rows, position[rows]] = current[rows]
         current = torch.where(live, parents.gather(1, current.clamp(min=0).unsqueeze(1)).squeeze(1), current)
     return path
+
+
+def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """From input-index parents [B, T] (parent < t; the root, t = 0, is its own parent) build
+    depths [B, T] and visibility [B, T, T] (ancestor-or-self), on the parents' device.
+
+    Pointer doubling: after round k each input knows its ancestors up to 2^k steps up, so ceil(log2 T)
+    rounds cover any tree; a fixed count, so nothing is read back to test for convergence."""
+    batch, steps = parents.shape
+    device = parents.device
+    if steps == 1:  # only the root: plain decoding
+        return (torch.zeros(batch, 1, dtype=torch.long, device=device),
+                torch.ones(batch, 1, 1, dtype=torch.bool, device=device))
+    index = torch.arange(steps, device=device)
+    visible = (index[:, None] == index[None, :]).expand(batch, steps, steps) | torch.nn.functional.one_hot(
+        parents, steps).bool()
+    depth = (index != 0).long().expand(batch, steps).clone()
+    jump = parents
+    for _ in range((steps - 1).bit_length()):
+        visible = visible | visible.gather(1, jump[:, :, None].expand(batch, steps, steps))
+        depth = depth + depth.gather(1, jump)
+        jump = jump.gather(1, jump)
+    return depth, visible

@@ -26,14 +26,16 @@ import torch
 
 from .controller import ControllerOptions, GoodputController, Member, Plan
 from .costs import LONG_CONTEXT, CostModel, cost_clock, cost_model_for
-from .draft import Draft, ExtraSlots, Verdict
+from .draft import Draft, ExtraSlots, Verdict, tree_layout
 from .errors import DrafterError, VerifierError
+from .padded_runner import PaddedTargetRunner
 from .plugins import DecodeState, Drafter, GenerationContext, Verifier
 from .rng import RowGenerators, row_seeds
 from .sampling import SamplingParams
 from .stats import GenerationStats
 from .stopping import StopChecker
 from .target import TargetRunner, context_length, model_device
+from .timing import DeviceMarks
 from .validation import explain_draft, explain_verdict, prune_draft, validate_draft, verdict_problems
 
 #: Cache slots reserved per row beyond prompt + output for the draft of a step (grown when exceeded).
@@ -69,29 +71,6 @@ class StepOutcome:
 class RowResult:
     tokens: list[int] = field(default_factory=list)
     finish_reason: str = "length"
-
-
-def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """From input-index parents [B, T] (parent < t; the root, t = 0, is its own parent) build
-    depths [B, T] and visibility [B, T, T] (ancestor-or-self), on the parents' device.
-
-    Pointer doubling: after round k each input knows its ancestors up to 2^k steps up, so ceil(log2 T)
-    rounds cover any tree; a fixed count, so nothing is read back to test for convergence."""
-    batch, steps = parents.shape
-    device = parents.device
-    if steps == 1:  # only the root: plain decoding
-        return (torch.zeros(batch, 1, dtype=torch.long, device=device),
-                torch.ones(batch, 1, 1, dtype=torch.bool, device=device))
-    index = torch.arange(steps, device=device)
-    visible = (index[:, None] == index[None, :]).expand(batch, steps, steps) | torch.nn.functional.one_hot(
-        parents, steps).bool()
-    depth = (index != 0).long().expand(batch, steps).clone()
-    jump = parents
-    for _ in range((steps - 1).bit_length()):
-        visible = visible | visible.gather(1, jump[:, :, None].expand(batch, steps, steps))
-        depth = depth + depth.gather(1, jump)
-        jump = jump.gather(1, jump)
-    return depth, visible
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -292,8 +271,8 @@ class SpeculativeEngine:
     def _prefilled(self, prompts: list[list[int]], rows: list[int], capacity: int) -> TargetRunner:
         """A runner holding `rows`' prompts, all but the last token (the first input of the first step)."""
         config = self.config
-        target = TargetRunner(self.model, len(rows), capacity, padded=config.batch_mode == "padded",
-                              packed_inputs=config.packed_inputs)
+        runner = PaddedTargetRunner if config.batch_mode == "padded" else TargetRunner
+        target = runner(self.model, len(rows), capacity, packed_inputs=config.packed_inputs)
         longest = max((len(prompts[row]) for row in rows), default=1)
         prefill_ids = torch.zeros(len(rows), max(longest - 1, 0), dtype=torch.long)
         for index, row in enumerate(rows):
@@ -330,6 +309,8 @@ class SpeculativeEngine:
         t0 = time.perf_counter()
         clock = controller.clock if controller is not None else None
         c0 = clock() if clock else 0.0
+        marks = DeviceMarks(self.device)  # CUDA: the phases on the GPU's timeline (see specdec.timing)
+        marks.mark("start")
         batch = state.batch_size
         device = self.device
         plan: Plan | None = None
@@ -344,10 +325,12 @@ class SpeculativeEngine:
             # prepare and propose cost ~2%); it still sees the committed tokens in `observe`.
             prepared = prepared_clock = 0.0
             c_plan = clock() if clock else 0.0
+            marks.mark("planned")
             draft = Draft.empty(batch, device)
         else:
             prepared, prepared_clock = self._prepare(state, stats, clock)
             c_plan = clock() if clock else 0.0
+            marks.mark("planned")
             if plan is not None:
                 draft = self._drafter_call("propose", controller.propose, self.drafter, state, plan)
             else:
@@ -359,6 +342,7 @@ class SpeculativeEngine:
                 extra_limit = (self.context - 1) - target.lengths
             draft = prune_draft(draft, state.max_depths(), extra_limit)
         c_proposed = clock() if clock else 0.0
+        marks.mark("proposed")
         cut = None
         draft_before_cut = draft
         if controller is not None:
@@ -367,6 +351,7 @@ class SpeculativeEngine:
             draft, cut = controller.cut(draft, plan, c_proposed - c_plan, scored)
         t1 = time.perf_counter()
         c1 = clock() if clock else 0.0
+        marks.mark("cut")
 
         # Inputs: [root, nodes (N), extras (E)]; parents in input indices (root = 0 = its own parent).
         host = draft.host
@@ -422,6 +407,7 @@ class SpeculativeEngine:
         except Exception as error:
             raise VerifierError(f"verifier {self.verifier.name!r} raised: {error!r}") from error
         verdict_problem = verdict_problems(verdict, draft, self.verifier.name)
+        marks.mark("verdict")
         outcome = self._read_back(draft, verdict, depths, draft_problem, verdict_problem)
         t3 = time.perf_counter()
         c3 = clock() if clock else 0.0
@@ -444,16 +430,27 @@ class SpeculativeEngine:
             stats.row_drafted[row] += drafted
             stats.row_accepted[row] += accepted
         stats.record_depths(outcome.accepted, outcome.depths)
-        stats.draft_time += t1 - t0 - prepared
-        stats.verify_time += t2 - t1
-        stats.other_time += (t3 - t2) + (t4 - t3)
+        device_verify = marks.seconds("cut", "verdict")  # None off CUDA
+        if device_verify is None:
+            stats.draft_time += t1 - t0 - prepared
+            stats.verify_time += t2 - t1
+            stats.other_time += (t3 - t2) + (t4 - t3)
+        else:  # the GPU's timeline: drafting is what it spent before the cut, verifying from the cut to the verdict
+            device_draft = marks.seconds("start", "cut")
+            stats.draft_time += device_draft
+            stats.verify_time += device_verify
+            stats.other_time += max(0.0, (t4 - t0) - prepared - device_draft - device_verify)
         if controller is not None:
-            # Timed by the controller's clock (specdec.costs.cost_clock). On CUDA the forward is
-            # asynchronous: it is done once the verdict has been read back (c3).
+            # Timed by the controller's clock (specdec.costs.cost_clock); on CUDA the draft and verify phases by
+            # the GPU's timeline (events), the rest by the host's.
             drafting = c_proposed - c_plan
+            verifying = c2 - c1
+            if device_verify is not None:
+                drafting, verifying = marks.seconds("planned", "proposed"), device_verify
             controller.observe(plan, cut, verdict, {
-                "verify": (c3 - c1) if self.device.type == "cuda" else (c2 - c1),
-                "other": (c3 - c2) + (c4 - c3) + (c_plan - c0 - prepared_clock) + (c1 - c_proposed),
+                "verify": verifying,
+                "other": max(0.0, (c4 - c0) - prepared_clock - drafting - verifying) if device_verify is not None
+                else (c3 - c2) + (c4 - c3) + (c_plan - c0 - prepared_clock) + (c1 - c_proposed),
                 "draft": drafting, "draft_by_member": {} if plan.plain else self._draft_costs(draft_before_cut, drafting),
                 "prepare_by_member": None if plan.plain else self._prepare_costs(prepared_clock)},
                 outcome.accepted, outcome.paths)

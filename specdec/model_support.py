@@ -7,13 +7,15 @@ Three layers of refusal, all before any token is generated:
    on a soft-capping model, a layer type we cannot mask): on CUDA a failing kernel can poison the context;
 3. a probe through the runtime's own code paths (prefill, tree verification with a wrong branch, ragged
    rows, per-row attention, a scratch forward) running past the longest window and chunk, compared with
-   one plain forward of the same model. Its verdict is kept per `attention_signature` (class, attention
-   implementation, layer types, windows, chunks, soft-capping, dtype), never per class name alone.
+   one plain forward of the same model. Its verdict is kept per model object (weakly, dropped with the
+   model) with the `attention_signature` it was measured for (class, attention implementation, layer types,
+   windows, chunks, soft-capping, dtype, config), and measured again when that changes.
 """
 
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,11 +39,14 @@ PROBE_MARGIN = 12
 #: the same for every size; the tests check it at windows shorter than the text.
 PROBE_MAX_SPAN = 1024
 
-_verdicts: dict[tuple, tuple[str, str] | None] = {}  # signature -> (feature, what differed) or None
+# Each checked model's verdict ((feature, what differed) or None) with the signature it was measured for, kept
+# only while the model lives (weak keys); a model whose config or attention changed is probed again.
+_VERDICTS: weakref.WeakKeyDictionary[Any, tuple[tuple, tuple[str, str] | None]] = weakref.WeakKeyDictionary()
 
 
 def check_model_supported(model: Any) -> None:
-    """Raise `UnsupportedModelError` when specdec cannot serve `model` exactly; probed once per signature."""
+    """Raise `UnsupportedModelError` when specdec cannot serve `model` exactly; probed once per model (and again
+    when its attention signature changes)."""
     name = type(model).__name__
     if getattr(model.config, "is_encoder_decoder", False):
         raise UnsupportedModelError(f"{name} is an encoder-decoder model; specdec needs a causal LM",
@@ -65,10 +70,12 @@ def check_model_supported(model: Any) -> None:
         raise UnsupportedModelError(f"{name} (attention {implementation!r}): {why}", feature=feature)
     layers = layer_attention(model.config)
     key = attention_signature(model)
-    if key not in _verdicts:
-        _verdicts[key] = _probe_problem(model, layers)
-    if _verdicts[key] is not None:
-        feature, what = _verdicts[key]
+    cached = _VERDICTS.get(model)
+    if cached is None or cached[0] != key:
+        cached = (key, _probe_problem(model, layers))
+        _VERDICTS[model] = cached
+    if cached[1] is not None:
+        feature, what = cached[1]
         raise UnsupportedModelError(f"{name} (attention {implementation!r}, layer types {_describe(layers)}) failed "
                                     f"specdec's tree-attention check: {feature}: {what}", feature=feature)
 

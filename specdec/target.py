@@ -126,19 +126,15 @@ def context_length(model: torch.nn.Module) -> int | None:
 
 
 class TargetRunner:
-    """The target model plus its KV cache, in one of two batch modes.
+    """The target model plus its unpadded KV cache (EMS-SD): row b's committed tokens fill slots
+    [0, lengths[b]) with no holes, so slot == position and rows advance independently. (The vanilla padded
+    batch mode, kept for comparison, is `specdec.padded_runner.PaddedTargetRunner`.)"""
 
-    unpadded (EMS-SD, the default): row b's committed tokens fill slots [0, lengths[b]) with no
-    holes, so slot == position and rows advance independently.
-    padded (the vanilla method, kept for comparison): every row writes at one shared slot and
-    advances by the batch's largest acceptance; the slots a row did not fill stay behind as holes,
-    masked out via `slot_valid`, and positions come from `lengths`, not slots.
-    """
+    padded = False  # one shared write pointer and holes (PaddedTargetRunner)
 
-    def __init__(self, model: torch.nn.Module, batch_size: int, capacity: int, padded: bool = False,
+    def __init__(self, model: torch.nn.Module, batch_size: int, capacity: int,
                  packed_inputs: bool | None = None) -> None:
-        """`packed_inputs`: verify only the real tokens of each row, packed (None = in unpadded mode when
-        the model supports it; the padded mode is the vanilla method and always pads its inputs)."""
+        """`packed_inputs`: verify only the real tokens of each row, packed (None = when the model supports it)."""
         self.model = model
         # Prefill and verification run the runtime's view of the model: its attention function (SDPA over
         # the stored KV heads, ragged layouts; `specdec.attention`) and oneDNN linear layers where that
@@ -150,33 +146,18 @@ class TargetRunner:
         self.dtype = model_dtype(model)
         self.num_layers = model.config.num_hidden_layers
         self.cache = RaggedKVCache(self.num_layers, capacity)
-        self.padded = padded
         # Bookkeeping is host data (numpy), read every step without touching the device: the engine knows
         # each row's committed count from the step's one read-back.
         self.lengths = np.zeros(batch_size, dtype=np.int64)  # committed tokens per row (= next position)
         self.write_start = np.zeros(batch_size, dtype=np.int64)  # first free slot per row
-        self.slot_valid: torch.Tensor | None = (
-            torch.zeros(batch_size, capacity, dtype=torch.bool, device=self.device) if padded else None
-        )
         self.attention = layer_attention(model.config)  # one mask per layer type the config declares
-        # Holes the padded mode added while decoding, summed over every row (rows that left the batch
-        # too): EMS-SD's padding ratio is this over the generated tokens.
-        self.holes_added = 0
+        self.holes_added = 0  # holes the padded mode added (none here)
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._cache_keyword = cache_keyword(model) or "past_key_values"  # refused before here when None
         self.embed = model.get_input_embeddings()
-        # The vanilla padded mode keeps transformers' own attention: one shared write pointer, dense.
-        check_packed_inputs(model, padded, packed_inputs)
-        self.ragged_attention = not padded and supports_packed_inputs(model)
+        check_packed_inputs(model, self.padded, packed_inputs)
+        self.ragged_attention = not self.padded and supports_packed_inputs(model)
         self.packed_inputs = self.ragged_attention if packed_inputs is None else bool(packed_inputs)
-
-    def _valid_slots(self, length: int) -> torch.Tensor:
-        """slot_valid widened to at least `length` slots (padded mode only)."""
-        assert self.slot_valid is not None
-        if self.slot_valid.shape[1] < length:
-            grow = max(length, 2 * self.slot_valid.shape[1]) - self.slot_valid.shape[1]
-            self.slot_valid = torch.nn.functional.pad(self.slot_valid, (0, grow))
-        return self.slot_valid[:, :length]
 
     # -- masks -------------------------------------------------------------------------------
     def _mask(self, start: np.ndarray, positions: torch.Tensor,
@@ -192,10 +173,7 @@ class TargetRunner:
         attend_len = int(start.max()) + steps
         slot = torch.arange(attend_len, device=device)
         local = slot[None, :] - start_d[:, None]  # [B, S]: index among new tokens, <0 = before them
-        in_prefix = local < 0
-        if self.slot_valid is not None:
-            scratch = slot[None, :] >= torch.as_tensor(self.write_start, device=device)[:, None]
-            in_prefix = in_prefix & (self._valid_slots(attend_len) | scratch)
+        in_prefix = self._prefix(local < 0, slot, attend_len)
         in_new = (local >= 0) & (local < steps)
         if visible is None:
             new_ok = (local[:, None, :] <= torch.arange(steps, device=device)[None, :, None]) & in_new[:, None, :]
@@ -206,14 +184,19 @@ class TargetRunner:
         if self.attention.all_full:
             return self._additive(allowed)
         query_pos = positions
-        if self.slot_valid is None:
-            prefix_pos = slot[None, :].expand(batch, attend_len)
-        else:
-            prefix_pos = torch.cumsum(self._valid_slots(attend_len).long(), dim=1) - 1
+        prefix_pos = self._prefix_positions(slot, batch, attend_len)
         key_pos = torch.where(local < 0, prefix_pos, query_pos.gather(1, local.clamp(0, steps - 1)))
         masks = {kind.name: self._additive(kind.restrict(allowed, query_pos, key_pos))
                  for kind in self.attention.kinds}
         return masks if self.attention.mapping else next(iter(masks.values()))
+
+    def _prefix(self, before_new: torch.Tensor, slot: torch.Tensor, attend_len: int) -> torch.Tensor:
+        """[B, S] slots a new token may see besides its tree: every slot before the new ones (no holes)."""
+        return before_new
+
+    def _prefix_positions(self, slot: torch.Tensor, batch: int, attend_len: int) -> torch.Tensor:
+        """[B, S] position of the token in each slot before the new ones: its slot."""
+        return slot[None, :].expand(batch, attend_len)
 
     def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
@@ -333,13 +316,11 @@ class TargetRunner:
                 self._run(start, positions, None, input_ids=input_ids, last_logits_only=True,
                           plain_causal=self.attention.all_full)
         self.lengths = lengths.copy()
-        if self.slot_valid is None:
-            self.write_start = self.lengths.copy()
-        else:  # vanilla: every row continues after the longest prompt; shorter prompts leave holes
-            valid = self._valid_slots(max(steps, 1))
-            valid[:] = (torch.arange(valid.shape[1], device=self.device)[None, :]
-                        < torch.as_tensor(self.lengths, device=self.device)[:, None])
-            self.write_start = np.full_like(self.lengths, steps)
+        self._prefilled(steps)
+
+    def _prefilled(self, steps: int) -> None:
+        """After a prefill of `steps` padded slots: every row writes next after its own prompt."""
+        self.write_start = self.lengths.copy()
 
     @torch.no_grad()
     def verify_forward(
@@ -368,10 +349,10 @@ class TargetRunner:
                          valid=valid)
 
     def _plain_path(self, batch: int) -> bool:
-        """One unpadded row of full-attention layers whose new tokens form a chain: the model's own causal
-        mask over our cache (query t sees slots <= length + t) is then exactly the tree mask, and SDPA
-        skips the dense mask. Plain decoding (one new token) is the common case."""
-        return batch == 1 and self.slot_valid is None and self.attention.all_full
+        """One row of full-attention layers whose new tokens form a chain: the model's own causal mask over our
+        cache (query t sees slots <= length + t) is then exactly the tree mask, and SDPA skips the dense mask.
+        Plain decoding (one new token) is the common case."""
+        return batch == 1 and self.attention.all_full
 
     @torch.no_grad()
     def scratch_forward(self, input_ids: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
@@ -408,23 +389,16 @@ class TargetRunner:
             rows = torch.arange(len(keep_count), device=self.device)
             self.cache.move(rows, src, dst.expand(len(keep_count), -1) + base)
         self.lengths = self.lengths + 1 + keep_count
-        if self.slot_valid is None:
-            self.write_start = self.lengths.copy()
-        else:  # vanilla: mark the kept slots, then every row jumps past the largest acceptance
-            end = self.write_start + 1 + keep_count
-            self.holes_added += int((end.max() - end).sum())
-            valid = self._valid_slots(int(end.max()))
-            slot = torch.arange(valid.shape[1], device=self.device)[None, :]
-            valid |= ((slot >= torch.as_tensor(self.write_start, device=self.device)[:, None])
-                      & (slot < torch.as_tensor(end, device=self.device)[:, None]))
-            self.write_start = np.full_like(self.write_start, int(end.max()))
+        self._advanced(keep_count)
+
+    def _advanced(self, keep_count: np.ndarray) -> None:
+        """After a commit: every row writes next right after its committed tokens."""
+        self.write_start = self.lengths.copy()
 
     def set_lengths(self, lengths: Sequence[int] | np.ndarray | torch.Tensor) -> None:
         """Declare each row's committed length (host data): roll back (drop slots beyond it) or forward over
         slots a scratch forward already filled with committed tokens. Unpadded mode only, where
         slot == position (a drafter's own cache, e.g. a draft model's)."""
-        if self.slot_valid is not None:
-            raise ValueError("set_lengths needs the unpadded cache, where slot == position")
         self.lengths = _host(lengths).copy()
         self.write_start = self.lengths.copy()
 
@@ -434,8 +408,6 @@ class TargetRunner:
         self.cache.select_rows(indices)
         self.lengths = self.lengths[indices]
         self.write_start = self.write_start[indices]
-        if self.slot_valid is not None:
-            self.slot_valid = self.slot_valid[torch.tensor(indices, dtype=torch.long, device=self.device)]
 
     def replace_rows(self, positions: list[int], other: TargetRunner) -> None:
         """Continuous batching: rows prefilled on `other` (same model, unpadded) take the places of rows
@@ -446,7 +418,7 @@ class TargetRunner:
         self.write_start[positions] = other.write_start
 
     def _check_joining(self, other: TargetRunner) -> None:
-        if self.slot_valid is not None or other.slot_valid is not None:
+        if self.padded or other.padded:
             raise ValueError("rows can join a running batch only in batch_mode='unpadded'")
         if other.model is not self.model:
             raise ValueError("rows can join only a runner of the same model")

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import tiny_model
-from host_reads import counting_host_reads
-
-import specdec
-from specdec.engine import SpeculativeEngine
+from specdec.benchmarks.host_reads import counting_host_reads, reads_per_step
 
 BUDGET = 2
 PROMPTS = [[5, 6, 7, 5, 6, 7, 5, 6], [1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [9, 8, 9, 8, 9, 8], [40, 41, 42, 40, 41],
@@ -21,30 +18,13 @@ def target():
     return tiny_model("llama")
 
 
-def _reads_per_step(monkeypatch, target, drafter: str, batch: int, controller: bool):
-    """(reads of each decoding step, the run's output)."""
-    step = SpeculativeEngine._step
-    per_step: list[int] = []
-
-    def counted(self, *args, **kwargs):
-        with counting_host_reads() as counts:
-            finished = step(self, *args, **kwargs)
-        per_step.append(sum(counts.values()))
-        return finished
-
-    monkeypatch.setattr(SpeculativeEngine, "_step", counted)
-    # A draft model equal to the target drafts perfectly, so its chains run at full length.
-    options = {"model": tiny_model("llama")} if drafter == "draft_model" else None
-    out = specdec.generate(target, PROMPTS[:batch], drafter=drafter, drafter_options=options, verifier="exact",
-                           max_new_tokens=24, controller=controller, eos_token_id=95)
-    return per_step, out
-
-
 @pytest.mark.parametrize("controller", [True, False], ids=["controller", "own rule"])
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("drafter", ["none", "anpd", "draft_model"])
-def test_a_chain_step_reads_the_device_at_most_twice(monkeypatch, target, drafter, batch, controller):
-    per_step, out = _reads_per_step(monkeypatch, target, drafter, batch, controller)
+def test_a_chain_step_reads_the_device_at_most_twice(target, drafter, batch, controller):
+    # A draft model equal to the target drafts perfectly, so its chains run at full length.
+    options = {"model": tiny_model("llama")} if drafter == "draft_model" else None
+    per_step, _, out = reads_per_step(target, PROMPTS[:batch], drafter, options, controller, 24, eos_token_id=95)
     assert per_step and max(per_step) <= BUDGET, f"reads per step: {per_step}"
     if drafter != "none" and not controller:  # the drafting path really ran
         assert out.stats.drafted_tokens > 0

@@ -16,16 +16,14 @@ from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
-from specdec.verifiers.exact import ExactVerifier
 
-from specdec.draft import Draft, Verdict
-from specdec.engine import tree_layout
+from specdec.draft import Draft, Verdict, tree_layout
 from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
+from specdec.registry import create
 from specdec.rng import RowGenerators
+from specdec.runner import TargetRunner, context_length, model_device, prune_draft
 from specdec.sampling import SamplingParams
-from specdec.target import TargetRunner, context_length, model_device
-from specdec.validation import prune_draft
 
 from .drafter import PPDDrafter, PPDOptions
 
@@ -48,16 +46,14 @@ class PPDDraftModelOptions(BaseModel):
                                "work at all) from measured step costs and acceptance; constant: always k")
 
 
-def _resolve_draft(spec: Any) -> torch.nn.Module:
+def _resolve_draft(spec: Any, target: torch.nn.Module) -> torch.nn.Module:
+    """The draft: a model as given, else loaded from a path ("default": the bundled draft) onto the target's
+    device and dtype, kept per target (shared with `draft_model`)."""
     if isinstance(spec, torch.nn.Module):
         return spec
-    if spec == "default":  # the bundled draft alone, loaded once per process (shared with `draft_model`)
-        from ..draft_model import _load_from_path
+    from ..draft_model import load_draft
 
-        return _load_from_path("default")[0]
-    from specdec.api import load_model
-
-    return load_model(str(spec))[0]
+    return load_draft(str(spec), target)[0]
 
 
 class _Row:
@@ -85,7 +81,7 @@ class PPDDraftModelDrafter(Drafter):
     def setup(self, context: GenerationContext) -> None:
         opts = self.options
         if self._draft is None:  # once per drafter: setup runs on every generate call
-            self._draft = _resolve_draft(opts.model)
+            self._draft = _resolve_draft(opts.model, context.model)
         self.draft = self._draft
         draft_vocab = int(self.draft.get_output_embeddings().weight.shape[0])
         if draft_vocab != context.vocab_size:
@@ -111,7 +107,7 @@ class PPDDraftModelDrafter(Drafter):
             device=model_device(self.draft), max_draft_nodes=1024))
         self.context = context_length(self.draft)
         self.capacity = max(len(p) for p in context.prompts) + context.max_new_tokens + 4 * opts.k + 64
-        self.verifier = ExactVerifier()
+        self.verifier = create("verifier", "exact")
         self._rows = {}
         self.draft_forwards = 0
         self.drafted = 0

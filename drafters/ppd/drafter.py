@@ -22,10 +22,10 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from specdec.costs import device_key
 from specdec.draft import Draft, ExtraSlots, Verdict
 from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
+from specdec.runner import device_key
 
 from .profile import load_profile
 from .prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint

@@ -33,11 +33,11 @@ def default_model_dir() -> Path:
     return Path(str(files("specdec.zoo"))) / "default"
 
 
-def load_default() -> DefaultModels:
-    """Load the shipped pair from the package's own files (never the network).
+def load_default(device: Any = None, dtype: Any = None) -> DefaultModels:
+    """Load the shipped pair from the package's own files (never the network), on `device` (default: the CPU).
 
-    Weights are stored in bfloat16 to keep the package small and upcast to
-    float32 here, since CPU inference in bf16 is slow and less exact.
+    Weights are stored in bfloat16 to keep the package small and upcast to float32 here (the default
+    `dtype`), since CPU inference in bf16 is slow and less exact; on a GPU pass dtype=torch.bfloat16.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -52,7 +52,7 @@ def load_default() -> DefaultModels:
         )
     models = []
     for name in ("target", "draft"):
-        model = AutoModelForCausalLM.from_pretrained(root / name, dtype=torch.float32, local_files_only=True)
-        models.append(model.eval())
+        model = AutoModelForCausalLM.from_pretrained(root / name, dtype=dtype or torch.float32, local_files_only=True)
+        models.append((model.to(device) if device is not None else model).eval())
     tokenizer = AutoTokenizer.from_pretrained(root / "target", local_files_only=True)
     return DefaultModels(target=models[0], draft=models[1], tokenizer=tokenizer)

@@ -1,5 +1,10 @@
 """Count reads of tensor data into Python: each one is a device synchronisation on a GPU.
 
+    python -m specdec.benchmarks.host_reads [--where]
+
+prints the reads per decoding step of `none`, `anpd` and `draft_model` chains (`tests/test_host_reads.py`
+holds them to issue 20's budget of 2).
+
 On this CPU a tensor's data is already on the host, so a read is recognised by what asks for it:
 - at the Python level (`TorchFunctionMode`): `tolist`, `numpy`, `cpu` and `to("cpu")`, which copy a
   device tensor to the host without passing through an aten kernel the dispatcher would see, and scalar
@@ -12,9 +17,11 @@ Host-to-device copies (`torch.tensor(list)`, `.to(device)` of host data) are not
 
 from __future__ import annotations
 
+import argparse
 import traceback
 from collections import Counter
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -92,3 +99,71 @@ def counting_host_reads(where: Counter | None = None):
     scalar = [False]
     with _PythonReads(counts, where, scalar), _DispatchReads(counts, where, scalar):
         yield counts
+
+
+def reads_per_step(model: Any, prompts: list[list[int]], drafter: str, options: dict | None, controller: bool,
+                   new_tokens: int, eos_token_id: int | None = None) -> tuple[list[int], Counter, Any]:
+    """Reads of each decoding step of one `specdec.generate` call (greedy, exact verifier), all of them by the
+    line that made them, and the call's output."""
+    import specdec
+    from specdec.engine import SpeculativeEngine
+
+    step = SpeculativeEngine._step
+    per_step: list[int] = []
+    where: Counter = Counter()
+
+    def counted(self, *args, **kwargs):
+        with counting_host_reads(where) as counts:
+            finished = step(self, *args, **kwargs)
+        per_step.append(sum(counts.values()))
+        return finished
+
+    SpeculativeEngine._step = counted
+    try:
+        out = specdec.generate(model, prompts, drafter=drafter, drafter_options=options, verifier="exact",
+                               max_new_tokens=new_tokens, controller=controller, eos_token_id=eos_token_id)
+    finally:
+        SpeculativeEngine._step = step
+    return per_step, where, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Reads per decoding step of `none`, `anpd` and `draft_model` chains (greedy, exact verifier) at batch 1
+    and 8, with the controller and with each drafter's own rule, on a tiny random Llama (GQA: 4 query heads,
+    2 KV heads) whose draft model is a copy of itself (every draft accepted, so chains run full length)."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--where", action="store_true", help="list the reads by the line that made them")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def build() -> LlamaForCausalLM:
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+        model = LlamaForCausalLM(config).eval()
+        model.generation_config.eos_token_id = None
+        return model
+
+    model = build()
+    prompts = [[5, 6, 7, 5, 6, 7, 5, 6], [1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [9, 8, 9, 8, 9, 8], [40, 41, 42, 40, 41],
+               [3, 4, 5, 6, 3, 4], [7, 7, 7, 7, 8], [10, 11, 12, 10, 11, 12], [20, 21, 20, 21, 20]]
+    print("| drafter | batch | controller | steps | reads per step (mean) | most in a step |")
+    print("|---|---|---|---|---|---|")
+    for drafter in ("none", "anpd", "draft_model"):
+        options = {"model": build()} if drafter == "draft_model" else None
+        for batch in (1, 8):
+            for controller in (True, False):
+                per_step, where, _ = reads_per_step(model, prompts[:batch], drafter, options, controller,
+                                                 args.new_tokens, eos_token_id=95)
+                print(f"| {drafter} | {batch} | {'on' if controller else 'own rule'} | {len(per_step)} | "
+                      f"{sum(per_step) / len(per_step):.1f} | {max(per_step)} |")
+                if args.where:
+                    for line, count in where.most_common():
+                        print(f"|   | | | | {count / len(per_step):.2f} | {line} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,18 @@
+"""The runner handle: the part of the runtime a drafter may use.
+
+Drafters and verifiers import only the plugin API (`specdec.plugins`, `specdec.registry`, `specdec.errors`),
+the draft types (`specdec.draft`), sampling (`specdec.sampling`), random streams (`specdec.rng`), the bundled
+assets (`specdec.zoo`) and this module (`tests/test_plugin_imports.py` holds them to it), so the engine and
+the runtime can change behind it. A drafter reaches the target through `DecodeState.target` (a
+`TargetRunner`: scratch forwards, committed lengths) and may own a runner of its own for a draft model.
+"""
+
+from __future__ import annotations
+
+from .costs import device_key
+from .model_support import check_model_supported
+from .target import TargetRunner, context_length, model_device, model_dtype
+from .validation import prune_draft
+
+__all__ = ["TargetRunner", "check_model_supported", "context_length", "device_key", "model_device", "model_dtype",
+           "prune_draft"]
