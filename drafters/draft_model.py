@@ -114,25 +114,24 @@ class DraftModelOptions(BaseModel):
         return self
 
 
-# Draft models loaded from a path, per target model (weak keys): a draft lives as long as the target it
-# drafts for, never longer, and one loaded for a target is reused by every call on it.
-_LOADED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, str], tuple[Any, Any | None]]] = (
-    weakref.WeakKeyDictionary())
+# Draft models loaded from a path, by (path, device, dtype), for as long as someone uses them (weak values): a
+# drafter kept across calls, or a server's, loads its draft once; nothing here keeps a model alive.
+_DRAFTS: weakref.WeakValueDictionary[tuple[str, str, str], Any] = weakref.WeakValueDictionary()
+_TOKENIZERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # a loaded draft -> its tokenizer
 
 
-def load_draft(path: str, target: Any, device: str | None = None, dtype: str | None = None
+def load_draft(path: str, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None
                ) -> tuple[Any, Any | None]:
     """A draft model (and its tokenizer when one is saved beside it) loaded from local files ("default": the
-    bundled draft) onto `device` in `dtype`, by default the target's; kept per target (see `_LOADED`)."""
+    bundled draft) onto `device` (default: the CPU) in `dtype` (default: float32)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    weight = target.get_input_embeddings().weight
-    where = torch.device(device) if device is not None else weight.device
-    precision = _DTYPES[dtype] if dtype is not None else weight.dtype
+    where = torch.device(device) if device is not None else torch.device("cpu")
+    precision = _DTYPES[dtype] if isinstance(dtype, str) else (dtype or torch.float32)
     key = (path, str(where), str(precision))
-    loaded = _LOADED.setdefault(target, {})
-    if key in loaded:
-        return loaded[key]
+    model = _DRAFTS.get(key)
+    if model is not None:
+        return model, _TOKENIZERS.get(model)
     if path == "default":
         from specdec.zoo import default_model_dir
 
@@ -143,11 +142,10 @@ def load_draft(path: str, target: Any, device: str | None = None, dtype: str | N
     else:
         model_dir = tokenizer_dir = Path(path)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=precision, local_files_only=True).to(where).eval()
-    tokenizer = None
+    _DRAFTS[key] = model
     if any(Path(tokenizer_dir).glob("tokenizer*")):
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
-    loaded[key] = (model, tokenizer)
-    return model, tokenizer
+        _TOKENIZERS[model] = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    return model, _TOKENIZERS.get(model)
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -203,7 +201,8 @@ class DraftModelDrafter(Drafter):
     def _draft_model(self, target: Any) -> tuple[Any, Any | None]:
         opts: DraftModelOptions = self.options
         if isinstance(opts.model, (str, os.PathLike)):
-            model, tokenizer = load_draft(str(opts.model), target, opts.device, opts.dtype)
+            weight = target.get_input_embeddings().weight  # by default the target's device and dtype
+            model, tokenizer = load_draft(str(opts.model), opts.device or weight.device, opts.dtype or weight.dtype)
         else:
             model, tokenizer = opts.model, None
         return model, opts.tokenizer if opts.tokenizer is not None else tokenizer

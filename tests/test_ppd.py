@@ -526,7 +526,7 @@ def test_ppd_draft_model_loads_its_draft_once_per_drafter(tmp_path, monkeypatch)
     tiny_model("llama", seed=1, layers=1).save_pretrained(tmp_path / "draft")
     loads = []
     real = module._resolve_draft
-    monkeypatch.setattr(module, "_resolve_draft", lambda spec: loads.append(spec) or real(spec))
+    monkeypatch.setattr(module, "_resolve_draft", lambda spec, *target: loads.append(spec) or real(spec, *target))
     drafter = PPDDraftModelDrafter(PPDDraftModelOptions(model=str(tmp_path / "draft"), random_init=True, k=3,
                                                         tree_size=8))
     for prompt in ([5, 6, 7], [9, 8]):

@@ -46,14 +46,15 @@ class PPDDraftModelOptions(BaseModel):
                                "work at all) from measured step costs and acceptance; constant: always k")
 
 
-def _resolve_draft(spec: Any, target: torch.nn.Module) -> torch.nn.Module:
+def _resolve_draft(spec: Any, target: torch.nn.Module | None = None) -> torch.nn.Module:
     """The draft: a model as given, else loaded from a path ("default": the bundled draft) onto the target's
-    device and dtype, kept per target (shared with `draft_model`)."""
+    device and dtype (the CPU in float32 without a target); shared with `draft_model` while in use."""
     if isinstance(spec, torch.nn.Module):
         return spec
     from ..draft_model import load_draft
 
-    return load_draft(str(spec), target)[0]
+    weight = target.get_input_embeddings().weight if target is not None else None
+    return load_draft(str(spec), *((weight.device, weight.dtype) if weight is not None else ()))[0]
 
 
 class _Row:
