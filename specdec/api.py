@@ -191,6 +191,7 @@ def generate(
     cost_model: CostModel | None = None,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
+    compile: bool = False,
 ) -> GenerationOutput:
     """Generate with speculative decoding. See the README for the accepted forms of each argument.
 
@@ -218,6 +219,11 @@ def generate(
     `device`, `dtype` (a model given as a path or "default"): where and in what precision to load it, e.g.
     device="cuda", dtype="bfloat16"; a drafter's own assets (a draft model by path) follow the target's
     device and dtype unless its options say otherwise.
+
+    `compile`: verify under `torch.compile` with static shapes (a fixed cache capacity read whole, widths
+    padded to powers of two; `specdec.compiled`), greedy-identical to eager. Each new width compiles once
+    per process (seconds to minutes), so it pays on long runs and on GPUs (CUDA graphs); unpadded mode,
+    inputs padded.
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
@@ -229,6 +235,9 @@ def generate(
     if max_batch_size is not None and batch_mode == "padded":
         raise ValueError("max_batch_size (continuous batching) needs batch_mode='unpadded': the padded mode's "
                          "shared write pointer cannot take rows that join mid-generation")
+    if compile and (batch_mode == "padded" or packed_inputs):
+        raise ValueError("compile=True runs the unpadded mode with padded inputs (static shapes): leave batch_mode "
+                         "and packed_inputs at their defaults")
     if packed_inputs is not None and not isinstance(packed_inputs, bool):
         raise ValueError(f"packed_inputs must be True, False or None, got {packed_inputs!r}")
     controller_options = _controller_options(controller)
@@ -257,7 +266,7 @@ def generate(
     config = EngineConfig(max_new_tokens=max_new_tokens, sampling=sampling, eos_token_ids=_eos_ids(model, eos_token_id),
                           stop_strings=stop_strings, max_draft_nodes=max_draft_nodes, batch_mode=batch_mode,
                           packed_inputs=packed_inputs, max_batch_size=max_batch_size,
-                          controller=controller_options, cost_model=cost_model)
+                          controller=controller_options, cost_model=cost_model, compile=bool(compile))
     engine = SpeculativeEngine(model, drafter_obj, verifier_obj, config, tokenizer=tokenizer, streamer=streamer,
                                seed=seed)
     with torch.inference_mode():  # no autograd bookkeeping anywhere in the loop (faster than no_grad)

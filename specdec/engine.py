@@ -34,7 +34,7 @@ from .rng import RowGenerators, row_seeds
 from .sampling import SamplingParams
 from .stats import GenerationStats
 from .stopping import StopChecker
-from .target import TargetRunner, context_length, model_device
+from .target import TargetRunner, context_length, model_device, static_width
 from .timing import DeviceMarks
 from .validation import explain_draft, explain_verdict, prune_draft, validate_draft, verdict_problems
 
@@ -54,6 +54,7 @@ class EngineConfig:
     max_batch_size: int | None = None  # rows running at once; fewer than the prompts = continuous batching
     controller: ControllerOptions | None = field(default_factory=ControllerOptions)  # None = drafters' own rules
     cost_model: CostModel | None = None  # None = the one kept for this model and device (specdec.costs)
+    compile: bool = False  # static shapes and a compiled verification forward (specdec.compiled)
 
 
 @dataclass
@@ -158,6 +159,8 @@ class SpeculativeEngine:
         # quarter, once or twice near the end of a run) instead of every run reserving max_draft_nodes slots.
         capacity = (max(len(p) for p in prompts) + max(budgets) + min(config.max_draft_nodes, DRAFT_SLOTS_RESERVED)
                     + 2)
+        if config.compile:  # static shapes never grow: room for the widest padded verification of any draft
+            capacity = max(len(p) for p in prompts) + max(budgets) + static_width(1 + config.max_draft_nodes)
         target = self._prefilled(prompts, active, capacity)
         if self.streamer is not None:
             self.streamer.put(torch.tensor([prompts[0]], dtype=torch.long))
@@ -272,7 +275,8 @@ class SpeculativeEngine:
         """A runner holding `rows`' prompts, all but the last token (the first input of the first step)."""
         config = self.config
         runner = PaddedTargetRunner if config.batch_mode == "padded" else TargetRunner
-        target = runner(self.model, len(rows), capacity, packed_inputs=config.packed_inputs)
+        target = runner(self.model, len(rows), capacity, packed_inputs=config.packed_inputs,
+                        **({"compile": True} if config.compile else {}))
         longest = max((len(prompts[row]) for row in rows), default=1)
         prefill_ids = torch.zeros(len(rows), max(longest - 1, 0), dtype=torch.long)
         for index, row in enumerate(rows):

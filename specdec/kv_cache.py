@@ -33,6 +33,9 @@ class _WritePlan:
         # Most (rows x slots) one forward read: what a cache sized exactly for this run must hold,
         # independent of the preallocation policy (so padded holes show up as memory).
         self.peak_row_slots = 0
+        # Static shapes (`TargetRunner(compile=True)`): every forward reads the whole fixed capacity and writes
+        # through an index tensor, so a compiled forward sees the same shapes and no Python slot numbers.
+        self.static_capacity: int | None = None
 
     def note_allocation(self, delta: int) -> None:
         self.allocated += delta
@@ -77,6 +80,11 @@ class RaggedLayer(CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         plan = self.plan
         steps = key_states.shape[2]
+        if plan.static_capacity is not None:  # static shapes: index writes, the whole buffer read
+            rows = torch.arange(key_states.shape[0], device=key_states.device)[:, None]
+            self.keys[rows, :, plan.slots] = key_states.transpose(1, 2)
+            self.values[rows, :, plan.slots] = value_states.transpose(1, 2)
+            return self.keys, self.values
         if plan.attend_len > self.keys.shape[2]:
             self._grow(plan.attend_len)
         if plan.packed_rows is not None:  # key_states [1, H, N, D]: scatter each token to its row's slot
@@ -166,8 +174,10 @@ class RaggedLayer(CacheLayerMixin):
 class RaggedKVCache(Cache):
     """A transformers `Cache` whose rows grow independently; see the module docstring."""
 
-    def __init__(self, num_layers: int, capacity: int) -> None:
+    def __init__(self, num_layers: int, capacity: int, static: bool = False) -> None:
+        """`static`: a fixed capacity every forward reads whole (see `_WritePlan.static_capacity`)."""
         self.plan = _WritePlan()
+        self.plan.static_capacity = capacity if static else None
         super().__init__(layers=[RaggedLayer(self.plan, capacity) for _ in range(num_layers)])
 
     def set_plan(self, start: np.ndarray, steps: int, packed: tuple[np.ndarray, np.ndarray] | None = None,
@@ -183,7 +193,13 @@ class RaggedKVCache(Cache):
         plan.attend_len = (int(start.max()) if len(start) else 0) + steps
         plan.peak_row_slots = max(plan.peak_row_slots, len(start) * plan.attend_len)
         plan.slots = None
-        if plan.uniform_start is None and packed is None:
+        if plan.static_capacity is not None:
+            if plan.attend_len > plan.static_capacity:
+                raise ValueError(f"a forward reaching slot {plan.attend_len} does not fit the static cache of "
+                                 f"{plan.static_capacity} slots")
+            plan.attend_len = plan.static_capacity
+            plan.uniform_start = None
+        if (plan.uniform_start is None or plan.static_capacity is not None) and packed is None:
             plan.slots = torch.as_tensor(start[:, None] + np.arange(steps)[None, :], device=device)
         plan.packed_rows = plan.packed_slots = None
         if packed is not None:

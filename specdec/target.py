@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .attention import attention_view, grouped_sdpa
+from .compiled import compiled_view
 from .cpu_linear import packed_view
 from .forward_arguments import cache_keyword
 from .kv_cache import RaggedKVCache
@@ -133,8 +134,10 @@ class TargetRunner:
     padded = False  # one shared write pointer and holes (PaddedTargetRunner)
 
     def __init__(self, model: torch.nn.Module, batch_size: int, capacity: int,
-                 packed_inputs: bool | None = None) -> None:
-        """`packed_inputs`: verify only the real tokens of each row, packed (None = when the model supports it)."""
+                 packed_inputs: bool | None = None, compile: bool = False) -> None:
+        """`packed_inputs`: verify only the real tokens of each row, packed (None = when the model supports it).
+        `compile`: static shapes (a fixed cache capacity read whole, verification widths padded to a power of
+        two) so the verification forward runs under `torch.compile` (`specdec.compiled`); inputs are padded."""
         self.model = model
         # Prefill and verification run the runtime's view of the model: its attention function (SDPA over
         # the stored KV heads, ragged layouts; `specdec.attention`) and oneDNN linear layers where that
@@ -145,7 +148,8 @@ class TargetRunner:
         self.device = model_device(model)
         self.dtype = model_dtype(model)
         self.num_layers = model.config.num_hidden_layers
-        self.cache = RaggedKVCache(self.num_layers, capacity)
+        self.static = compile
+        self.cache = RaggedKVCache(self.num_layers, capacity, static=compile)
         # Bookkeeping is host data (numpy), read every step without touching the device: the engine knows
         # each row's committed count from the step's one read-back.
         self.lengths = np.zeros(batch_size, dtype=np.int64)  # committed tokens per row (= next position)
@@ -156,8 +160,11 @@ class TargetRunner:
         self._cache_keyword = cache_keyword(model) or "past_key_values"  # refused before here when None
         self.embed = model.get_input_embeddings()
         check_packed_inputs(model, self.padded, packed_inputs)
-        self.ragged_attention = not self.padded and supports_packed_inputs(model)
+        if compile and packed_inputs:
+            raise ValueError("packed_inputs=True cannot run with compile=True: static shapes pad every input")
+        self.ragged_attention = not self.padded and not compile and supports_packed_inputs(model)
         self.packed_inputs = self.ragged_attention if packed_inputs is None else bool(packed_inputs)
+        self.verify_model = compiled_view(viewed) if compile else self.forward_model
 
     # -- masks -------------------------------------------------------------------------------
     def _mask(self, start: np.ndarray, positions: torch.Tensor,
@@ -170,7 +177,7 @@ class TargetRunner:
         batch, steps = positions.shape
         device = self.device
         start_d = torch.as_tensor(start, device=device)
-        attend_len = int(start.max()) + steps
+        attend_len = self.cache.plan.static_capacity or int(start.max()) + steps
         slot = torch.arange(attend_len, device=device)
         local = slot[None, :] - start_d[:, None]  # [B, S]: index among new tokens, <0 = before them
         in_prefix = self._prefix(local < 0, slot, attend_len)
@@ -215,6 +222,7 @@ class TargetRunner:
         plain_causal: bool = False,
         valid: np.ndarray | None = None,
         scratch: bool = False,
+        verify: bool = False,
     ) -> torch.Tensor:
         """`plain_causal`: every row starts at slot 0 and is causal, so let the model build its own
         causal mask (SDPA then takes its is_causal fast path instead of a dense additive mask).
@@ -223,7 +231,7 @@ class TargetRunner:
         the model itself. `start` is host data; `positions` and the inputs are on the device."""
         batch, steps = positions.shape
         device = self.device
-        model = self.model if scratch else self.forward_model
+        model = self.model if scratch else self.verify_model if verify else self.forward_model
         kwargs = {}
         if last_logits_only and self._accepts_logits_to_keep:
             kwargs["logits_to_keep"] = 1
@@ -314,7 +322,7 @@ class TargetRunner:
                 # Right padding needs no mask here: a real token never looks right, and padded slots lie
                 # beyond each row's length, which every later mask excludes.
                 self._run(start, positions, None, input_ids=input_ids, last_logits_only=True,
-                          plain_causal=self.attention.all_full)
+                          plain_causal=self.attention.all_full and not self.static)
         self.lengths = lengths.copy()
         self._prefilled(steps)
 
@@ -338,6 +346,8 @@ class TargetRunner:
         computed and its logits are zeros. `chain` (host knowledge, e.g. a plain step or a chain draft):
         every row's inputs form one causal chain, so at batch 1 the model's own causal mask is exact."""
         depths = depths.to(self.device)
+        if self.static and extra_embeds is None:
+            return self._static_verify(input_ids, depths, visible)
         positions = torch.as_tensor(self.lengths, device=self.device)[:, None] + depths
         plain = chain and self._plain_path(depths.shape[0])
         if extra_embeds is None:
@@ -347,6 +357,25 @@ class TargetRunner:
         embeds = torch.cat([token_embeds, extra_embeds.to(self.device, token_embeds.dtype)], dim=1)
         return self._run(self.write_start, positions, visible, inputs_embeds=embeds, plain_causal=plain,
                          valid=valid)
+
+    def _static_verify(self, input_ids: torch.Tensor, depths: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """Verification at a width padded to a power of two (`static_width`), so a compiled forward meets a few
+        shapes only: the padding inputs see only themselves and nothing real sees them; their keys land past
+        the row's real inputs, where the next step overwrites them."""
+        batch, width = input_ids.shape
+        device = self.device
+        padded = static_width(width)
+        input_ids = input_ids.to(device)
+        if padded > width:
+            extra = padded - width
+            input_ids = torch.cat([input_ids, input_ids.new_zeros(batch, extra)], dim=1)
+            depths = torch.cat([depths, depths.new_zeros(batch, extra)], dim=1)
+            grown = torch.eye(padded, dtype=torch.bool, device=device).expand(batch, padded, padded).clone()
+            grown[:, :width, :width] = visible.to(device)
+            visible = grown
+        positions = torch.as_tensor(self.lengths, device=device)[:, None] + depths
+        logits = self._run(self.write_start, positions, visible, input_ids=input_ids, verify=True)
+        return logits[:, :width]
 
     def _plain_path(self, batch: int) -> bool:
         """One row of full-attention layers whose new tokens form a chain: the model's own causal mask over our
@@ -438,6 +467,11 @@ class TargetRunner:
 
     def release(self) -> None:
         self.cache.release()
+
+
+def static_width(width: int) -> int:
+    """The verification width a static-shape runner pads `width` inputs to: the next power of two."""
+    return 1 << max(width - 1, 0).bit_length()
 
 
 def _host(values: Sequence[int] | np.ndarray | torch.Tensor | int) -> np.ndarray:
