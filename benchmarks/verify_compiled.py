@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in args.models:
         print(name, flush=True)
+        # Compiled code is cached per Python function, across models (models of one family share their forward),
+        # and torch stops compiling a function after 8 shapes and runs it eagerly: start each model afresh.
+        torch._dynamo.reset()
         if name == "default":
             from specdec.zoo import load_default
 

@@ -7,6 +7,10 @@ attention view of the model (`specdec.attention`), not the oneDNN view of `specd
 prepacked weights inductor cannot lower (it prepacks weights itself). On CUDA the "reduce-overhead" mode
 adds CUDA graphs. Kept on the view (which the runtime keeps per model, weakly), so a model is compiled
 once per process while it lives.
+
+torch compiles one Python function for at most `torch._dynamo.config.recompile_limit` shapes (8), and models
+of one family share their forward function: a process that compiles several such models, or more widths,
+should raise that limit, or torch warns and runs the rest eagerly.
 """
 
 from __future__ import annotations
