@@ -128,7 +128,7 @@ def reads_per_step(model: Any, prompts: list[list[int]], drafter: str, options: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Reads per decoding step of `none`, `anpd` and `draft_model` chains (greedy, exact verifier) at batch 1
+    """Reads per decoding step of `none`, `anpd`, `draft_model` and `auto` (greedy, exact verifier) at batch 1
     and 8, with the controller and with each drafter's own rule, on a tiny random Llama (GQA: 4 query heads,
     2 KV heads) whose draft model is a copy of itself (every draft accepted, so chains run full length)."""
     parser = argparse.ArgumentParser(description=main.__doc__)
@@ -151,10 +151,10 @@ def main(argv: list[str] | None = None) -> int:
                [3, 4, 5, 6, 3, 4], [7, 7, 7, 7, 8], [10, 11, 12, 10, 11, 12], [20, 21, 20, 21, 20]]
     print("| drafter | batch | controller | steps | reads per step (mean) | most in a step |")
     print("|---|---|---|---|---|---|")
-    for drafter in ("none", "anpd", "draft_model"):
-        options = {"model": build()} if drafter == "draft_model" else None
+    for drafter in ("none", "anpd", "draft_model", "auto"):
+        options = {"model": build()} if drafter == "draft_model" else {"draft": build()} if drafter == "auto" else None
         for batch in (1, 8):
-            for controller in (True, False):
+            for controller in (True, False) if drafter != "auto" else (True,):  # auto is the controller's
                 per_step, where, _ = reads_per_step(model, prompts[:batch], drafter, options, controller,
                                                  args.new_tokens, eos_token_id=95)
                 print(f"| {drafter} | {batch} | {'on' if controller else 'own rule'} | {len(per_step)} | "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import registry
-from .draft import Draft, ExtraSlots, Verdict
+from .draft import Draft, DraftHost, ExtraSlots, Verdict
 from .errors import SpecDecError
 from .plugins import DecodeState, Drafter, GenerationContext
 
@@ -169,7 +170,7 @@ class AutoDrafter(Drafter):
             seconds = clock() - started
             drafts[name] = draft
             self.scored[name] = draft.scores is not None
-            counts = draft.num_nodes.tolist()
+            counts = draft.sizes()
             levels, nodes, spent = self.last_draft_seconds.get(name, (0, 0, 0.0))
             self.last_draft_seconds[name] = (max(levels, max(counts, default=0)), nodes + sum(counts),
                                              spent + seconds)
@@ -183,17 +184,19 @@ class AutoDrafter(Drafter):
                 extra_logits: torch.Tensor | None) -> None:
         choice = state.draft_choice or [None] * state.batch_size
         for name, member in self.members.items():
-            rows = torch.tensor([c == name for c in choice])
-            member.observe(state, _only_rows(draft, rows), _verdict_rows(verdict, rows), committed,
-                           extra_logits if bool(rows.any()) else None)
+            rows = [c == name for c in choice]
+            own = replace(state, accepted=None if state.accepted is None else [
+                count if mine else 0 for count, mine in zip(state.accepted, rows)])
+            member.observe(own, _only_rows(draft, rows), _verdict_rows(verdict, rows), committed,
+                           extra_logits if any(rows) else None)
 
 
 def _member_state(state: DecodeState, name: str, choice: list[str | None], budget: list[int]
-                  ) -> tuple[DecodeState, torch.Tensor] | None:
-    """The step as member `name` sees it (a zero budget on the rows chosen for others) and the mask of its
-    rows; None when no row is its."""
-    rows = torch.tensor([c == name for c in choice])
-    if not bool(rows.any()):
+                  ) -> tuple[DecodeState, list[bool]] | None:
+    """The step as member `name` sees it (a zero budget on the rows chosen for others) and which rows are its;
+    None when no row is its."""
+    rows = [c == name for c in choice]
+    if not any(rows):
         return None
     own = [b if c == name else 0 for b, c in zip(budget, choice)]
     return DecodeState(row_ids=state.row_ids, sequences=state.sequences, max_depth=state.max_depth,
@@ -203,19 +206,24 @@ def _member_state(state: DecodeState, name: str, choice: list[str | None], budge
                        draft_budget_host=own), rows
 
 
-def _only_rows(draft: Draft, rows: torch.Tensor) -> Draft:
-    """The same draft with the other rows emptied (no nodes, no extra slots)."""
-    keep = rows.to(draft.num_nodes.device)
+def _only_rows(draft: Draft, rows: list[bool]) -> Draft:
+    """The same draft with the other rows emptied (no nodes, no extra slots); its host view follows."""
+    keep = torch.tensor(rows, device=draft.num_nodes.device)
     counts = torch.where(keep, draft.num_nodes, torch.zeros_like(draft.num_nodes))
     extra = draft.extra
     if extra is not None:
-        slots = torch.where(rows.to(extra.num_slots.device), extra.num_slots, torch.zeros_like(extra.num_slots))
+        slots = torch.where(keep.to(extra.num_slots.device), extra.num_slots, torch.zeros_like(extra.num_slots))
         extra = ExtraSlots(extra.embeds, extra.parents, slots)
-    return Draft(draft.tokens, draft.parents, counts, draft.q, extra, draft.scores)
+    host = draft.host
+    if host is not None:
+        host = DraftHost([n if mine else 0 for n, mine in zip(host.sizes, rows)], host.chain,
+                         None if host.parents is None else [p if mine else [] for p, mine in zip(host.parents, rows)],
+                         None if host.scores is None else [x if mine else [] for x, mine in zip(host.scores, rows)])
+    return Draft(draft.tokens, draft.parents, counts, draft.q, extra, draft.scores, host)
 
 
-def _verdict_rows(verdict: Verdict, rows: torch.Tensor) -> Verdict:
-    keep = rows.to(verdict.num_accepted.device)
+def _verdict_rows(verdict: Verdict, rows: list[bool]) -> Verdict:
+    keep = torch.tensor(rows, device=verdict.num_accepted.device)
     counts = torch.where(keep, verdict.num_accepted, torch.zeros_like(verdict.num_accepted))
     accepted = torch.where(keep[:, None], verdict.accepted, torch.full_like(verdict.accepted, -1)) \
         if verdict.accepted.numel() else verdict.accepted
@@ -248,10 +256,13 @@ def merge_rows(rows: list[Draft | None], batch: int) -> Draft:
         embeds = extra_source.embeds.new_zeros(batch, slots, extra_source.embeds.shape[-1])
         parents_e = torch.full((batch, slots), -1, dtype=torch.long)
         num_slots = torch.zeros(batch, dtype=torch.long)
+    sizes = [d.host.sizes[b] if d is not None and d.host is not None else 0 for b, d in enumerate(rows)]
+    host = _merged_host(rows, sizes, scores is not None)
+    host_scores = host is not None and host.scores is not None  # then the scores tensor is built from the host
     for b, draft in enumerate(rows):
         if draft is None:
             continue
-        n = int(draft.num_nodes[b])
+        n = draft.host.sizes[b] if draft.host is not None else int(draft.num_nodes[b])
         counts[b] = n
         if n:
             tokens[b, :n] = draft.tokens[b, :n].to(device)
@@ -261,7 +272,7 @@ def merge_rows(rows: list[Draft | None], batch: int) -> Draft:
                     q[b, :n] = draft.q[b, :n].to(q.device, q.dtype)
                 else:
                     q[b, torch.arange(n), draft.tokens[b, :n].to(q.device)] = 1.0
-            if scores is not None and draft.scores is not None:
+            if scores is not None and draft.scores is not None and not host_scores:
                 scores[b, :n] = draft.scores[b, :n].float().cpu()
         if draft.extra is not None and embeds is not None:
             e = int(draft.extra.num_slots[b])
@@ -271,4 +282,20 @@ def merge_rows(rows: list[Draft | None], batch: int) -> Draft:
                 parents_e[b, :e] = torch.where(own >= draft.width, own - draft.width + width, own)
                 num_slots[b] = e
     extra = ExtraSlots(embeds, parents_e, num_slots) if embeds is not None else None
-    return Draft(tokens, parents, counts, q, extra, scores)
+    if host_scores:
+        scores = torch.tensor([row + [0.0] * (width - len(row)) for row in host.scores]).reshape(batch, width)
+    return Draft(tokens, parents, counts, q, extra, scores, host)
+
+
+def _merged_host(rows: list[Draft | None], sizes: list[int], scored: bool) -> DraftHost | None:
+    """The merged draft's host view, when every row's draft has one (and, with scores, host scores)."""
+    present = [d for d in rows if d is not None]
+    if any(d.host is None or (scored and d.scores is not None and d.host.scores is None) for d in present):
+        return None
+    chain = all(d.host.chain for d in present)
+    parents = None if chain else [d.host.parents_of(b) if d is not None else [] for b, d in enumerate(rows)]
+    scores = None
+    if scored:
+        scores = [(d.host.scores[b] if d.scores is not None else [0.0] * n) if d is not None else []
+                  for b, (d, n) in enumerate(zip(rows, sizes))]
+    return DraftHost(list(sizes), chain, parents, scores)

@@ -48,3 +48,12 @@ def test_the_counter_sees_the_reads_a_step_used_to_make(target):
         int(t.max())
         t.tolist()
     assert sum(counts.values()) == 2, dict(counts)
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_auto_keeps_its_members_drafts_on_the_host_view(target, batch):
+    """drafter="auto" merges its members' drafts row by row; the merged draft keeps their host views, so
+    auto's steps stay within the budget too (4-14 reads a step before)."""
+    per_step, _, _ = reads_per_step(target, PROMPTS[:batch], "auto", {"draft": tiny_model("llama")}, True, 24,
+                                    eos_token_id=95)
+    assert per_step and max(per_step) <= BUDGET, f"reads per step: {per_step}"
