@@ -42,63 +42,72 @@ def _to_host(args: tuple, kwargs: dict) -> bool:
     return "cpu" in args[1:] or kwargs.get("device") == "cpu"
 
 
+class _Tally:
+    """The reads counted in one block, by kind (and optionally by the line of specdec that made them), shared by
+    the two modes below."""
+
+    def __init__(self, where: Counter | None) -> None:
+        self.counts: Counter = Counter()
+        self.where = where
+        self.in_scalar_read = False  # a Python-level scalar read is running: its `_local_scalar_dense` is counted
+
+    def record(self, kind: str) -> None:
+        self.counts[kind] += 1
+        if self.where is None:
+            return
+        for frame in reversed(traceback.extract_stack()[:-2]):  # the innermost frame in specdec's own code
+            if "/specdec/" in frame.filename or "/drafters/" in frame.filename or "/verifiers/" in frame.filename:
+                self.where[f"{kind} {frame.filename.rsplit('/', 2)[-2]}/{frame.filename.rsplit('/', 1)[-1]}:"
+                           f"{frame.lineno} {frame.name}"] += 1
+                return
+        self.where[f"{kind} (outside specdec)"] += 1
+
+
 class _PythonReads(TorchFunctionMode):
-    def __init__(self, counts: Counter, where: Counter | None, scalar: list[bool]) -> None:
+    def __init__(self, tally: _Tally) -> None:
         super().__init__()
-        self.counts, self.where, self.scalar = counts, where, scalar
+        self.tally = tally
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         if name in _PYTHON_READS or (name == "to" and _to_host(args, kwargs)):
-            _record(self.counts, self.where, name)
+            self.tally.record(name)
         elif name in _SCALAR_READS:
-            _record(self.counts, self.where, name)
-            self.scalar[0] = True  # its `_local_scalar_dense` is this read
+            self.tally.record(name)
+            self.tally.in_scalar_read = True
             try:
                 return func(*args, **kwargs)
             finally:
-                self.scalar[0] = False
+                self.tally.in_scalar_read = False
         return func(*args, **kwargs)
 
 
 class _DispatchReads(TorchDispatchMode):
-    def __init__(self, counts: Counter, where: Counter | None, scalar: list[bool]) -> None:
+    def __init__(self, tally: _Tally) -> None:
         super().__init__()
-        self.counts, self.where, self.scalar = counts, where, scalar
+        self.tally = tally
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = str(func)
-        if name == "aten._local_scalar_dense.default" and self.scalar[0]:
+        if name == "aten._local_scalar_dense.default" and self.tally.in_scalar_read:
             pass  # counted at the Python level
         elif name in _DISPATCH_READS or (name == "aten.repeat_interleave.Tensor" and kwargs.get("output_size") is None):
-            _record(self.counts, self.where, name)
+            self.tally.record(name)
         elif name == "aten.index.Tensor" and any(
                 isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ())):
-            _record(self.counts, self.where, "boolean index")
+            self.tally.record("boolean index")
         return func(*args, **kwargs)
-
-
-def _record(counts: Counter, where: Counter | None, kind: str) -> None:
-    counts[kind] += 1
-    if where is not None:  # the innermost frame in specdec's own code, for finding a read
-        for frame in reversed(traceback.extract_stack()[:-2]):
-            if "/specdec/" in frame.filename or "/drafters/" in frame.filename or "/verifiers/" in frame.filename:
-                where[f"{kind} {frame.filename.rsplit('/', 2)[-2]}/{frame.filename.rsplit('/', 1)[-1]}:"
-                      f"{frame.lineno} {frame.name}"] += 1
-                return
-        where[f"{kind} (outside specdec)"] += 1
 
 
 @contextmanager
 def counting_host_reads(where: Counter | None = None):
     """Yields a Counter of the reads made inside the block, by kind; `where` (optional) counts them by the
     line of specdec that made them."""
-    counts: Counter = Counter()
-    scalar = [False]
-    with _PythonReads(counts, where, scalar), _DispatchReads(counts, where, scalar):
-        yield counts
+    tally = _Tally(where)
+    with _PythonReads(tally), _DispatchReads(tally):
+        yield tally.counts
 
 
 def reads_per_step(model: Any, prompts: list[list[int]], drafter: str, options: dict | None, controller: bool,

@@ -30,7 +30,7 @@ from specdec.draft import Draft, Verdict, node_depths, tree_layout
 from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
 from specdec.rng import RowGenerators
-from specdec.runner import TargetRunner, check_model_supported, context_length
+from specdec.runner import TargetRunner, check_model_supported, context_length, parse_dtype
 from specdec.sampling import SamplingParams, process_logits, sample
 
 from .draft_fast import FastDraftForward, WeightFormat, default_weight_format, fast_forward_for
@@ -127,7 +127,7 @@ def load_draft(path: str, device: str | torch.device | None = None, dtype: str |
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     where = torch.device(device) if device is not None else torch.device("cpu")
-    precision = _DTYPES[dtype] if isinstance(dtype, str) else (dtype or torch.float32)
+    precision = parse_dtype(dtype) or torch.float32
     key = (path, str(where), str(precision))
     model = _DRAFTS.get(key)
     if model is not None:
@@ -147,8 +147,6 @@ def load_draft(path: str, device: str | torch.device | None = None, dtype: str |
         _TOKENIZERS[model] = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
     return model, _TOKENIZERS.get(model)
 
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def tree_levels(branches: int, branch_depth: int, depth: int) -> list[list[int]]:
@@ -453,7 +451,8 @@ class DraftModelDrafter(Drafter):
         runner.set_lengths(fed if active is None else np.where(active, fed, runner.lengths))
         return self.vocab.to_target(root_logits.float()).to(self.device)
 
-    def _choose(self, logits: torch.Tensor, count: int, generator: RowGenerators, drafting: torch.Tensor):
+    def _choose(self, logits: torch.Tensor, count: int, generator: RowGenerators,
+                drafting: torch.Tensor | np.ndarray):
         """`count` children per distribution in logits [B, ..., V]: the top ones when greedy, i.i.d.
         samples of q otherwise (drawn only for rows still `drafting` [B], so a row's random stream
         does not depend on its neighbours). Returns (tokens [B, ..., count], q [B, ..., V] or None)."""
@@ -462,7 +461,7 @@ class DraftModelDrafter(Drafter):
             return tokens, None
         q = process_logits(logits, self.sampling)
         draws = q.unsqueeze(-2).expand(*q.shape[:-1], count, q.shape[-1])
-        used = drafting.to(q.device).reshape(-1, *([1] * (draws.dim() - 2))).expand(draws.shape[:-1])
+        used = torch.as_tensor(drafting, device=q.device).reshape(-1, *([1] * (draws.dim() - 2))).expand(draws.shape[:-1])
         return sample(draws, generator, used), q
 
     def _confident(self, logits: torch.Tensor) -> torch.Tensor:
@@ -506,7 +505,7 @@ class DraftModelDrafter(Drafter):
         going = depths > 0
         fed = np.zeros(batch, dtype=np.int64)  # per row: drafted tokens whose KV the draft cache holds
         for i in range(steps):
-            chosen, q = self._choose(logits, 1, state.generator, torch.as_tensor(going, device=logits.device))
+            chosen, q = self._choose(logits, 1, state.generator, going)
             tokens[:, i] = chosen[:, 0]
             if q is not None:
                 q_steps.append(q)

@@ -565,5 +565,5 @@ class SpeculativeEngine:
                 finished.add(row)
             if self.streamer is not None and kept:
                 self.streamer.put(torch.tensor(kept, dtype=torch.long))
-        target.commit(verdict.accepted + 1, outcome.accepted, moved=not chain)
+        target.commit(None if chain else verdict.accepted + 1, outcome.accepted)
         return finished, committed

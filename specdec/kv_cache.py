@@ -199,7 +199,7 @@ class RaggedKVCache(Cache):
                                  f"{plan.static_capacity} slots")
             plan.attend_len = plan.static_capacity
             plan.uniform_start = None
-        if (plan.uniform_start is None or plan.static_capacity is not None) and packed is None:
+        if plan.uniform_start is None and packed is None:
             plan.slots = torch.as_tensor(start[:, None] + np.arange(steps)[None, :], device=device)
         plan.packed_rows = plan.packed_slots = None
         if packed is not None:

@@ -9,10 +9,11 @@ the runtime can change behind it. A drafter reaches the target through `DecodeSt
 
 from __future__ import annotations
 
+from .api import parse_dtype
 from .costs import device_key
 from .model_support import check_model_supported
 from .target import TargetRunner, context_length, model_device, model_dtype
 from .validation import prune_draft
 
 __all__ = ["TargetRunner", "check_model_supported", "context_length", "device_key", "model_device", "model_dtype",
-           "prune_draft"]
+           "parse_dtype", "prune_draft"]

@@ -401,13 +401,13 @@ class TargetRunner:
         return start, positions
 
     # -- bookkeeping -------------------------------------------------------------------------
-    def commit(self, keep_src: torch.Tensor, keep_count: Sequence[int] | np.ndarray, moved: bool = True) -> None:
+    def commit(self, keep_src: torch.Tensor | None, keep_count: Sequence[int] | np.ndarray) -> None:
         """Keep, per row, the root and the accepted nodes whose input indices are keep_src [B, A] (device;
-        A may be 0), compacted right after the root; lengths grow by 1 + keep_count (host). `moved`=False:
+        A may be 0), compacted right after the root; lengths grow by 1 + keep_count (host). `keep_src` None:
         the kept nodes already sit right after the root (a chain's accepted prefix), nothing is copied."""
         keep_count = _host(keep_count)
         accepted = int(keep_count.max()) if len(keep_count) else 0
-        if moved and accepted and keep_src.shape[1]:
+        if keep_src is not None and accepted and keep_src.shape[1]:
             # On the device for every row: slots that need no move are copied onto themselves.
             keep_src = keep_src[:, :accepted].to(self.device)
             columns = torch.arange(accepted, device=self.device)[None, :]
