@@ -30,10 +30,17 @@ from specdec.draft import Draft, Verdict, node_depths, tree_layout
 from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
 from specdec.rng import RowGenerators
-from specdec.runner import TargetRunner, check_model_supported, context_length, parse_dtype
+from specdec.runner import (
+    LayerPlan,
+    TargetRunner,
+    WeightFormat,
+    check_model_supported,
+    context_length,
+    lean_forward_supports,
+    parse_dtype,
+)
 from specdec.sampling import SamplingParams, process_logits, sample
 
-from .draft_fast import FastDraftForward, WeightFormat, default_weight_format, fast_forward_for
 from .draft_schedule import ConfidenceExit, HeuristicLength
 from .draft_vocab import VocabMapping, output_size, resolve_vocab
 from .token_ranking import (
@@ -83,7 +90,7 @@ class DraftModelOptions(BaseModel):
                           "these draft token ids, 0 = the full vocabulary; default: what that file recommends, else "
                           "the full vocabulary. The lean forward then scores only these tokens (FR-Spec)")
     fast_forward: bool = Field(True, description="run Llama/Mistral/Qwen2 drafts through specdec's lean fused "
-                                                 "forward (drafters/draft_fast.py); other models always use "
+                                                 "forward (specdec/lean_forward.py); other models always use "
                                                  "transformers' forward")
     draft_weights: WeightFormat | None = Field(
         None, description="weights of the lean forward: model (the draft's own), int8 (per-channel copies, "
@@ -181,7 +188,7 @@ class DraftModelDrafter(Drafter):
         self._rows: list[int] = []
         self._last: dict[str, Any] | None = None
         self._stats: dict[str, Any] = {}
-        self._fast: FastDraftForward | None = None
+        self._plan: LayerPlan | None = None  # how the draft's scratch forwards run (its head, the lean forward)
         self._head: torch.Tensor | None = None  # draft token ids the draft may propose (None = all)
         self.schedule: str = self.options.schedule  # in effect for this call (see setup)
         self._draft_vocab_size = 0  # rows of the draft's LM head
@@ -194,6 +201,7 @@ class DraftModelDrafter(Drafter):
         # signatures, ~0.5 ms a call, 0.5% of a 64-token call of a small pair.
         self._supported: weakref.ref | None = None
         self._head_for: tuple[weakref.ref, Path | None, int, list[int] | None] | None = None  # see `_draft_head`
+        self._plan_for: tuple[weakref.ref, tuple, LayerPlan] | None = None  # see `_layer_plan`
 
     # -- setup and teardown ------------------------------------------------------------------
     def _draft_model(self, target: Any) -> tuple[Any, Any | None]:
@@ -243,13 +251,25 @@ class DraftModelDrafter(Drafter):
         self._rows = context.first_rows
         self._runner = None  # prefilled at the first step that drafts (`prepare`)
         self._ready: list[bool] = []  # per row of the draft's cache: its prompt is prefilled
-        weights = opts.draft_weights or default_weight_format(self.model)
-        self._fast = fast_forward_for(self.model, head_tokens=head, weights=weights) if opts.fast_forward else None
+        self._plan = self._layer_plan(head)
+        lean = opts.fast_forward and lean_forward_supports(self.model)
         self._last = None
         self._stats = {"draft_vocab": self.vocab.describe(), "draft_forwards": 0, "draft_cache_peak_bytes": 0,
-                       "draft_weights": weights if self._fast is not None else "model (transformers forward)",
+                       "draft_weights": self._plan.weights if lean else "model (transformers forward)",
                        "draft_head_tokens": None if self._head is None else len(self._head)}
         self._track_memory()
+
+    def _layer_plan(self, head: list[int] | None) -> LayerPlan:
+        """How the draft's scratch forwards run: its reduced head and the lean forward. The same plan object while
+        the draft, its head and the options stay (the runner prepares a plan once per object)."""
+        opts: DraftModelOptions = self.options
+        settings = (head, opts.fast_forward, opts.draft_weights)
+        cached = self._plan_for
+        if cached is not None and cached[0]() is self.model and cached[1] == settings:
+            return cached[2]
+        plan = LayerPlan.build(self.model, head_tokens=head, lean=opts.fast_forward, weights=opts.draft_weights)
+        self._plan_for = (weakref.ref(self.model), settings, plan)
+        return plan
 
     def _draft_head(self) -> list[int] | None:
         """The draft token ids the draft proposes (None = all): the option, else the ranking file beside the
@@ -343,35 +363,14 @@ class DraftModelDrafter(Drafter):
         (then only those positions go through the LM head on the fast path). With `active` [B]
         bool, the fast path runs only those rows (the others' logits are left as zeros). `keep` and
         `active` are host data: the step is planned on the host."""
-        runner = self._runner
         self._stats["draft_forwards"] += 1
-        steps = ids.shape[1]
-        start = runner.write_start + offset
-        fast = self._fast
-        device = self._runner.device
-        keep_d = None if keep is None else torch.as_tensor(keep, device=device)
-        if fast is not None and fast.ready(runner.cache, int(start.max()) + steps):
-            host_positions = (runner.lengths + offset)[:, None] + np.arange(steps)[None, :]
-            positions = torch.as_tensor(host_positions, device=device)
-            top = int(host_positions.max())
-            # Sampling runs every row, so a row's q (and its draws) never depends on which
-            # neighbours are still drafting; greedy drafts cannot change the output.
-            if active is None or bool(active.all()) or not self.sampling.greedy:
-                return self._whole_vocab(fast(runner.cache, ids, start, positions, keep_d, max_position=top))
-            rows_host = np.flatnonzero(active)
-            rows = torch.as_tensor(rows_host, device=device)
-            part = fast(runner.cache, ids.to(device)[rows], start[rows_host], positions[rows],
-                        None if keep_d is None else keep_d[rows], rows=rows, max_position=top)
-            logits = part.new_zeros(ids.shape[0], *part.shape[1:])
-            logits[rows.to(part.device)] = part
-            return self._whole_vocab(logits)
-        logits = self._masked_to_vocab(runner.scratch_forward(ids, offset=offset))
-        if keep_d is None:
-            return logits
-        return logits[torch.arange(ids.shape[0], device=logits.device), keep_d.to(logits.device)]
+        # Sampling runs every row, so a row's q (and its draws) never depends on which neighbours are still
+        # drafting; greedy drafts cannot change the output.
+        rows = None if active is None or bool(active.all()) or not self.sampling.greedy else np.flatnonzero(active)
+        return self._whole_vocab(self._runner.scratch_forward(ids, offset, plan=self._plan, keep=keep, rows=rows))
 
     def _whole_vocab(self, logits: torch.Tensor) -> torch.Tensor:
-        """Logits of the lean forward's reduced head [..., N] -> [..., draft vocabulary], -inf outside."""
+        """Logits of the reduced head [..., N] -> [..., draft vocabulary], -inf outside."""
         if self._head is None:
             return logits
         return scatter_to_vocab(logits, self._head, self._draft_vocab_size, float("-inf"))
@@ -397,7 +396,7 @@ class DraftModelDrafter(Drafter):
 
     def _track_memory(self) -> None:
         if self._runner is not None:
-            used = self._runner.cache.memory_bytes()
+            used = self._runner.memory_bytes()
             self._stats["draft_cache_peak_bytes"] = max(self._stats.get("draft_cache_peak_bytes", 0), used)
 
     # -- drafting ----------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def _configs(model: torch.nn.Module) -> dict[int, Any]:
 
 
 def _copy(module: torch.nn.Module, configs: dict[int, Any]) -> torch.nn.Module:
-    if "forward" in module.__dict__:  # patched on the instance (accelerate's hooks, a LayerSkipper): keep it
+    if "forward" in module.__dict__:  # patched on the instance (accelerate's hooks, for one): keep it
         return module
     clone = copy.copy(module)  # same parameters, buffers and hooks; its own child list and config
     config = module.__dict__.get("config")

@@ -129,7 +129,7 @@ class _View:
             packed = PackedLinear(module, self.crossovers.get(shape))
             self.crossovers[shape] = packed.min_rows
             return packed
-        if "forward" in module.__dict__:  # patched on the instance (accelerate's hooks, a LayerSkipper): keep it,
+        if "forward" in module.__dict__:  # patched on the instance (accelerate's hooks, for one): keep it,
             return module                 # so the patch applies exactly as on the model, now and later
         clone = copy.copy(module)  # same parameters, buffers, config and hooks; its own child list
         clone._modules = {name: None if child is None else self._copy(child)

@@ -4,16 +4,21 @@ Drafters and verifiers import only the plugin API (`specdec.plugins`, `specdec.r
 the draft types (`specdec.draft`), sampling (`specdec.sampling`), random streams (`specdec.rng`), the bundled
 assets (`specdec.zoo`) and this module (`tests/test_plugin_imports.py` holds them to it), so the engine and
 the runtime can change behind it. A drafter reaches the target through `DecodeState.target` (a
-`TargetRunner`: scratch forwards, committed lengths) and may own a runner of its own for a draft model.
+`TargetRunner`: scratch forwards under a `LayerPlan`, committed lengths), never its cache's layers, and may
+own a runner of its own for a draft model.
 """
 
 from __future__ import annotations
 
 from .api import parse_dtype
 from .costs import device_key
+from .layer_plan import LayerPlan, layout_for
+from .lean_forward import WeightFormat, default_weight_format
+from .lean_forward import supports as lean_forward_supports
 from .model_support import check_model_supported
 from .target import TargetRunner, context_length, model_device, model_dtype
 from .validation import prune_draft
 
-__all__ = ["TargetRunner", "check_model_supported", "context_length", "device_key", "model_device", "model_dtype",
-           "parse_dtype", "prune_draft"]
+__all__ = ["LayerPlan", "TargetRunner", "WeightFormat", "check_model_supported", "context_length",
+           "default_weight_format", "device_key", "layout_for", "lean_forward_supports", "model_device",
+           "model_dtype", "parse_dtype", "prune_draft"]

@@ -1,7 +1,7 @@
 """Runs the target model on the ragged KV cache with explicit masks and position ids.
 
 One class owns every target forward: prefill, tree verification (with a drafter's extra slots)
-and scratch forwards for self-speculation. Masks are additive 4-D tensors in the model's dtype,
+and drafters' scratch forwards (with a `LayerPlan`: bypassed sub-blocks, a reduced head, the lean forward). Masks are additive 4-D tensors in the model's dtype,
 which transformers 5.x passes through unchanged to eager and SDPA attention.
 """
 
@@ -20,6 +20,8 @@ from .cpu_linear import packed_view
 from .forward_arguments import cache_keyword
 from .kv_cache import RaggedKVCache
 from .layer_attention import layer_attention
+from .layer_plan import LayerPlan, plan_view
+from .lean_forward import FastDraftForward, fast_forward_for
 
 # -- packed inputs and per-row attention (EMS-SD "unpad input" and "unpad KV", Design B) ---------
 # Rows of a batch verify different numbers of tokens and have different cache lengths.
@@ -141,8 +143,8 @@ class TargetRunner:
         self.model = model
         # Prefill and verification run the runtime's view of the model: its attention function (SDPA over
         # the stored KV heads, ragged layouts; `specdec.attention`) and oneDNN linear layers where that
-        # applies (fp32 on a CPU; `specdec.cpu_linear`). Scratch forwards run the model itself: a
-        # LayerSkipper patches the model's own modules while a self-speculating drafter drafts.
+        # applies (fp32 on a CPU; `specdec.cpu_linear`). Scratch forwards run it too, through a plan view when
+        # their `LayerPlan` bypasses sub-blocks or reduces the head (`specdec.layer_plan`).
         viewed = attention_view(model)
         self.forward_model = packed_view(viewed) or viewed
         self.device = model_device(model)
@@ -165,6 +167,10 @@ class TargetRunner:
         self.ragged_attention = not self.padded and not compile and supports_packed_inputs(model)
         self.packed_inputs = self.ragged_attention if packed_inputs is None else bool(packed_inputs)
         self.verify_model = compiled_view(viewed) if compile else self.forward_model
+        # What each layer plan runs as (its view, its lean forward or None), per plan object (plans compare
+        # by identity), and how many scratch forwards ran the lean forward.
+        self._plans: dict[LayerPlan, tuple[torch.nn.Module, FastDraftForward | None]] = {}
+        self.lean_forwards = 0
 
     # -- masks -------------------------------------------------------------------------------
     def _mask(self, start: np.ndarray, positions: torch.Tensor,
@@ -223,20 +229,20 @@ class TargetRunner:
         valid: np.ndarray | None = None,
         scratch: bool = False,
         verify: bool = False,
+        plan: LayerPlan | None = None,
     ) -> torch.Tensor:
         """`plain_causal`: every row starts at slot 0 and is causal, so let the model build its own
         causal mask (SDPA then takes its is_causal fast path instead of a dense additive mask).
         `valid` [B, T] (host): which inputs are real; with packed inputs only those are computed, and the
-        logits of the others come back as zeros. `scratch`: a self-speculating drafter's forward, which runs
-        the model itself. `start` is host data; `positions` and the inputs are on the device."""
+        logits of the others come back as zeros. `scratch`: a drafter's forward, run as `plan` says (None:
+        the whole model). `start` is host data; `positions` and the inputs are on the device."""
         batch, steps = positions.shape
         device = self.device
-        model = self.model if scratch else self.verify_model if verify else self.forward_model
+        model = self._planned(plan)[0] if scratch else self.verify_model if verify else self.forward_model
         kwargs = {}
         if last_logits_only and self._accepts_logits_to_keep:
             kwargs["logits_to_keep"] = 1
         mask = None if plain_causal else self._mask(start, positions, visible)
-        # Scratch forwards run the user's model, which has no specdec attention: never a ragged layout.
         layout = None if scratch else self._layout(start, valid, batch, steps, mask)
         if layout is None:
             self.cache.set_plan(start, steps, device=device)
@@ -384,17 +390,51 @@ class TargetRunner:
         return batch == 1 and self.attention.all_full
 
     @torch.no_grad()
-    def scratch_forward(self, input_ids: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
-        """For self-speculating drafters: run a causal chain of tokens [B, T] placed `offset` slots
-        after each row's committed length. Writes only beyond the committed length, so the
-        committed cache is left exactly as it was; returns logits [B, T, V]."""
-        start, positions = self.scratch_slots(input_ids.shape[1], offset)
-        return self._run(start, positions, None, input_ids=input_ids, scratch=True)
+    def scratch_forward(self, input_ids: torch.Tensor, offset: int | np.ndarray = 0, plan: LayerPlan | None = None,
+                        keep: np.ndarray | None = None, rows: np.ndarray | None = None) -> torch.Tensor:
+        """For drafters: run a causal chain of tokens [B, T] placed `offset` slots (host: one for all rows, or
+        [B]) after each row's committed length, writing only there, so the committed cache is left exactly as it
+        was. `plan`: the sub-blocks bypassed and the tokens the head scores (None: the whole model).
+        Returns logits [B, T, V] (V: the plan's head tokens), or [B, V] at input index keep[b] per row (host).
+        `rows` (host indices): only these rows' logits are needed; the lean forward then runs only them and
+        the others' logits come back as zeros."""
+        steps = input_ids.shape[1]
+        offset = _host(offset)
+        start, positions = self.scratch_slots(steps, offset)
+        keep_d = None if keep is None else torch.as_tensor(keep, device=self.device)
+        lean = self._planned(plan)[1]
+        if lean is not None and lean.ready(self.cache, int(start.max()) + steps):
+            self.lean_forwards += 1
+            top = int((self.lengths + offset).max()) + steps - 1
+            if rows is None or len(rows) == len(start):
+                return lean(self.cache, input_ids, start, positions, keep_d, max_position=top)
+            rows_d = torch.as_tensor(rows, device=self.device)
+            part = lean(self.cache, input_ids.to(self.device)[rows_d], start[rows], positions[rows_d],
+                        None if keep_d is None else keep_d[rows_d], rows=rows_d, max_position=top)
+            return part.new_zeros(len(start), *part.shape[1:]).index_copy_(0, rows_d.to(part.device), part)
+        logits = self._run(start, positions, None, input_ids=input_ids, scratch=True, plan=plan)
+        if keep_d is None:
+            return logits
+        return logits[torch.arange(len(start), device=logits.device), keep_d.to(logits.device)]
+
+    def _planned(self, plan: LayerPlan | None) -> tuple[torch.nn.Module, FastDraftForward | None]:
+        """The module a scratch forward under `plan` runs, and its lean forward (None: transformers' forward)."""
+        if plan is None:
+            return self.forward_model, None
+        prepared = self._plans.get(plan)
+        if prepared is None:
+            view = (plan_view(self.model, plan, base=self.forward_model) if plan.skips or plan.head_tokens is not None
+                    else self.forward_model)
+            lean = None
+            if plan.lean and not self.padded:  # the padded mode's holes are excluded only by the runner's masks
+                lean = fast_forward_for(self.model, plan.skip_attention, plan.skip_mlp, plan.head_tokens,
+                                        plan.weights)
+            prepared = self._plans[plan] = (view, lean)
+        return prepared
 
     def scratch_slots(self, steps: int, offset: int | np.ndarray = 0) -> tuple[np.ndarray, torch.Tensor]:
         """Where `scratch_forward` puts a chain of `steps` tokens `offset` slots past each row's committed
-        length: (first slot written per row [B], host; position ids [B, steps] on the device). For drafters
-        that run their own forward on this cache (layer_skip's lean forward) under the same contract."""
+        length: (first slot written per row [B], host; position ids [B, steps] on the device)."""
         offset = _host(offset)
         start = self.write_start + offset
         positions = torch.as_tensor((self.lengths + offset)[:, None] + np.arange(steps)[None, :], device=self.device)
@@ -464,6 +504,10 @@ class TargetRunner:
     def padding_slots(self) -> int:
         """Cache slots below the write position that hold no committed token (holes), summed over rows."""
         return int((self.write_start - self.lengths).sum())
+
+    def memory_bytes(self) -> int:
+        """Bytes the KV cache holds now."""
+        return self.cache.memory_bytes()
 
     def release(self) -> None:
         self.cache.release()

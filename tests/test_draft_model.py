@@ -299,10 +299,9 @@ def test_tree_shape_and_node_budget(target):
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
 def test_fast_forward_matches_transformers_forward(arch):
-    """The fused draft forward (drafters/draft_fast.py) computes what transformers' forward computes
+    """The fused draft forward (specdec/lean_forward.py) computes what transformers' forward computes
     on the same ragged cache: logits, cache contents, and a subset of rows run alone."""
-    from specdec.drafters.draft_fast import fast_forward_for
-
+    from specdec.lean_forward import fast_forward_for
     from specdec.target import TargetRunner
 
     model = tiny_model(arch, seed=2)
@@ -511,7 +510,7 @@ def test_rank_tokens_command_writes_the_file(tmp_path):
 def test_fast_forward_rope_table_matches_the_rotary_module():
     """The lean forward looks cos/sin up in a table the model's rotary module filled; it must give
     the module's values at any position, including ones past the first table size."""
-    from specdec.drafters.draft_fast import fast_forward_for
+    from specdec.lean_forward import fast_forward_for
 
     model = tiny_model("llama", seed=3)
     fast = fast_forward_for(model)

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 import torch
 from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
-from specdec.drafters.draft_fast import default_weight_format
 from specdec.drafters.layerskip.adaptive import AdaptiveOptions, exit_rule
 from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
-from specdec.drafters.layerskip.skipping import LayerSkipper
 from specdec.drafters.layerskip.skipset import SkipSet, load_skip_set, model_fingerprint, save_skip_set
 
 import specdec
 from specdec.errors import DrafterError, PluginOptionsError, UnsupportedModelError
+from specdec.layer_plan import LayerPlan, plan_view
+from specdec.lean_forward import default_weight_format
 from specdec.sampling import SamplingParams, process_logits
 from specdec.tools.layer_search import SearchSettings, main, search_skip_set
 
@@ -137,8 +137,9 @@ def _first_sampled_draft(verifier: str, **options) -> tuple[list[int], Any, torc
     sequence, draft = captured["first"]
     assert draft.q is not None and draft.q.shape == (1, int(draft.num_nodes[0]), VOCAB)
     chain = sequence + draft.tokens[0].tolist()
-    with torch.no_grad(), LayerSkipper(model, skip.attention, skip.mlp):
-        logits = model(torch.tensor([chain]), use_cache=False).logits[0]
+    with torch.no_grad():
+        skipped = plan_view(model, LayerPlan.build(model, skip.attention, skip.mlp))
+        logits = skipped(torch.tensor([chain]), use_cache=False).logits[0]
     return sequence, draft, logits
 
 
@@ -151,13 +152,12 @@ def test_sampled_drafts_return_the_exact_q() -> None:
         assert draft.q[0, i, draft.tokens[0, i]] > 0
 
 
-def test_skipper_restores_modules() -> None:
+def test_plan_view_leaves_the_model_alone() -> None:
     model = tiny_model("llama", layers=2)
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
         reference = model(ids).logits
-        with LayerSkipper(model, [0, 1], [0, 1]):
-            skipped = model(ids).logits
+        skipped = plan_view(model, LayerPlan.build(model, [0, 1], [0, 1]))(ids).logits
         again = model(ids).logits
     assert not torch.allclose(reference, skipped)
     assert torch.equal(reference, again)
@@ -167,8 +167,8 @@ def test_skipper_restores_modules() -> None:
 def test_skipping_everything_is_embedding_to_head() -> None:
     model = tiny_model("llama", layers=2)
     ids = torch.tensor([[1, 2, 3]])
-    with torch.no_grad(), LayerSkipper(model, [0, 1], [0, 1]):
-        logits = model(ids).logits
+    with torch.no_grad():
+        logits = plan_view(model, LayerPlan.build(model, [0, 1], [0, 1]))(ids).logits
     expected = model.lm_head(model.model.norm(model.model.embed_tokens(ids)))
     torch.testing.assert_close(logits, expected)
 
@@ -209,7 +209,7 @@ def test_missing_skip_set_and_unsupported_models() -> None:
                                    num_attention_heads=2, max_position_embeddings=64, word_embed_proj_dim=32,
                                    do_layer_norm_before=False)).eval()
     with pytest.raises(UnsupportedModelError, match="post-LayerNorm"):
-        LayerSkipper(opt, [1], [])
+        LayerPlan.build(opt, [1], [])
 
 
 def test_adaptive_update_rule() -> None:

@@ -1,5 +1,5 @@
-"""layer_skip's lean draft forward (drafters/draft_fast.py with skip sets, a reduced head and int8 /
-float16 weight copies): same logits as the LayerSkipper + transformers path, committed cache left
+"""layer_skip's lean draft forward (specdec/lean_forward.py with skip sets, a reduced head and int8 /
+float16 weight copies): same logits as the plan view + transformers path, committed cache left
 alone, greedy output token-identical to plain greedy in both batch modes, and the path actually taken."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import VOCAB, hf_greedy, tiny_model
-from specdec.drafters.draft_fast import FastDraftForward, fast_forward_for
 from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
-from specdec.drafters.layerskip.skipping import LayerSkipper
 
 import specdec
+from specdec.layer_plan import LayerPlan
+from specdec.lean_forward import FastDraftForward, fast_forward_for
 from specdec.target import TargetRunner
 
 LEAN_ARCHS = ["llama", "qwen2", "mistral"]
@@ -47,7 +47,7 @@ def _snapshot(runner: TargetRunner) -> list[torch.Tensor]:
 @pytest.mark.parametrize("arch", LEAN_ARCHS)
 def test_lean_forward_matches_skipper_path(arch: str, case: str) -> None:
     """A 3-token scratch chain (one token per forward, as the drafter runs it) over rows of different
-    lengths: the lean forward's logits match transformers' forward inside a LayerSkipper, and neither
+    lengths: the lean forward's logits match transformers' forward on the plan's view, and neither
     path touches a committed slot."""
     skip, head = SKIPS[case]
     model = tiny_model(arch, layers=3, seed=3)
@@ -57,17 +57,16 @@ def test_lean_forward_matches_skipper_path(arch: str, case: str) -> None:
     reference, ours = _runners(model, lengths)
     committed = _snapshot(ours)
     tokens = torch.tensor([[4, 9, 17], [30, 2, 8], [11, 11, 60]])
+    plan = LayerPlan.build(model, skip["attention"], skip["mlp"], head_tokens=head)  # transformers' forward
     with torch.inference_mode():
         for depth in range(3):
-            with LayerSkipper(model, skip["attention"], skip["mlp"], head_tokens=head):
-                expected = reference.scratch_forward(tokens[:, depth, None], offset=depth)[:, -1]
+            expected = reference.scratch_forward(tokens[:, depth, None], offset=depth, plan=plan)[:, -1]
             start, positions = ours.scratch_slots(1, depth)
             got = fast(ours.cache, tokens[:, depth, None], start, positions)[:, -1]
             assert got.shape == (3, len(head) if head else VOCAB)
             torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
         # rows 0 and 2 draft a 4th token alone (row 1 stopped): the same logits as the full batch
-        with LayerSkipper(model, skip["attention"], skip["mlp"], head_tokens=head):
-            expected = reference.scratch_forward(torch.tensor([[5], [6], [7]]), offset=3)[:, -1]
+        expected = reference.scratch_forward(torch.tensor([[5], [6], [7]]), offset=3, plan=plan)[:, -1]
         rows = torch.tensor([0, 2])
         start, positions = ours.scratch_slots(1, 3)
         got = fast(ours.cache, torch.tensor([[5], [7]]), start[rows], positions[rows], rows=rows)[:, -1]
@@ -125,7 +124,7 @@ def test_lean_greedy_token_identical_chain_and_batch(arch: str, weights: str) ->
 
 
 def test_padded_batch_mode_uses_transformers_path_and_stays_identical() -> None:
-    """The padded mode's KV holes are masked by the runner only, so drafts go through the skipper."""
+    """The padded mode's KV holes are masked by the runner only, so drafts go through the plan view."""
     model = tiny_model("qwen2", layers=3, seed=2)
     prompts = [[5, 6, 7, 8, 9, 10, 11], [40, 41], [1, 2, 3, 4]]
     drafter = _Watch(LayerSkipOptions(skip={"attention": [1], "mlp": [2]}, max_draft=3, schedule="own"))
@@ -182,7 +181,7 @@ def test_int8_default_needs_the_kernel(monkeypatch) -> None:
     drafter = LayerSkipDrafter(LayerSkipOptions(skip={"mlp": [1]}, max_draft=2))
     out = specdec.generate(model, [[9, 8, 7]], drafter=drafter, verifier="exact", max_new_tokens=6)
     assert out.sequences[0] == hf_greedy(model, [9, 8, 7], 6)
-    assert drafter.lean_forwards > 0 and drafter._fast is not None
-    assert drafter._fast.lm_head.weights == "model"
+    assert drafter.lean_forwards > 0
+    assert drafter.plan.weights == "model"
     with pytest.raises(ValueError, match="int8 draft weights"):
         FastDraftForward(model, weights="int8")

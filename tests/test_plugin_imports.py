@@ -1,5 +1,6 @@
 """Built-in drafters and verifiers use only the public plugin API and the runner handle (`specdec.runner`),
-never the engine's or the runtime's internals, so either side can change behind the API."""
+never the engine's or the runtime's internals (nor the runner's cache, nor a module's forward), so either side can
+change behind the API."""
 
 from __future__ import annotations
 
@@ -47,3 +48,33 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     assert [module for _, module in _specdec_imports(sample)] == [
         "specdec.engine", "specdec.draft", "specdec.target", "specdec.costs"]
     assert len(FILES) > 10  # the plugin folders were found
+
+
+def _runtime_reaches(path: Path) -> list[str]:
+    """Where a plugin reaches past the runner handle: a runner's KV cache (`.cache`, whose layers only the
+    runtime writes) or a module's `forward` replaced (layer skipping goes through a `LayerPlan`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr == "cache":
+            found.append(f"line {node.lineno}: .cache")
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        found += [f"line {node.lineno}: assigns .forward" for target in targets
+                  if isinstance(target, ast.Attribute) and target.attr == "forward"]
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "forward"):
+            found.append(f"line {node.lineno}: setattr forward")
+    return found
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+def test_plugins_use_the_runner_not_its_cache_or_patches(path: Path) -> None:
+    bad = _runtime_reaches(path)
+    assert not bad, f"{path.relative_to(ROOT)} reaches into the runtime: {bad}"
+
+
+def test_the_reach_check_sees_a_cache_and_a_patch(tmp_path: Path) -> None:
+    sample = tmp_path / "plugin.py"
+    sample.write_text("layer = state.target.cache.layers[0]\nmodule.forward = zeros\nsetattr(block, 'forward', f)\n"
+                      "logits = state.target.scratch_forward(ids, plan=plan)\n")
+    assert sorted(_runtime_reaches(sample)) == ["line 1: .cache", "line 2: assigns .forward", "line 3: setattr forward"]

@@ -1,19 +1,15 @@
 """`layer_skip`: the target drafts for itself with some attention/MLP blocks bypassed (Draft & Verify).
 
-A draft forward writes KV only beyond each row's committed length (`TargetRunner.scratch_slots`);
-skipped attention blocks write nothing at all. The committed cache is therefore untouched, and the
-verification forward recomputes every layer's entries for the drafted positions (draft-time KV of
-layers after the first skipped block would be wrong anyway).
-
-Two ways to run that forward, with the same contract:
-- lean (`fast_forward`, the default on Llama / Mistral / Qwen2): `drafters/draft_fast.py` built with the
-  skip sets and the reduced head, straight on the target's cache buffers. Why: on a small target the
-  transformers module stack costs ~0.06 of a full forward per kept sub-block in Python overhead alone,
-  more than the sub-block's matmuls, which makes self-drafts too expensive to pay off.
-- `state.target.scratch_forward` inside a `LayerSkipper` (transformers' forward with sub-modules swapped
-  for zeros): other architectures (GPT-2 ...), `fast_forward=False`, and the padded batch mode, whose
-  KV holes (`slot_valid`) only the runner's own masks exclude. The lean path also hands a step to it
-  when the cache buffers do not exist yet or are too short for the chain (the runner grows them).
+The drafter states what to bypass as a `LayerPlan` (the skip set, and the reduced head of a draft
+vocabulary) and the runner runs it (`TargetRunner.scratch_forward`): on Llama / Mistral / Qwen2 in the
+unpadded batch mode through specdec's lean fused forward (`fast_forward`, the default; why: on a small
+target the transformers module stack costs ~0.06 of a full forward per kept sub-block in Python overhead
+alone, more than the sub-block's matmuls, which makes self-drafts too expensive to pay off), otherwise
+through transformers' forward on a view of the model with the bypassed blocks replaced (the model itself
+is never modified). A draft forward writes KV only beyond each row's committed length; bypassed attention
+blocks write nothing at all. The committed cache is therefore untouched, and the verification forward
+recomputes every layer's entries for the drafted positions (draft-time KV of layers after the first
+bypassed block would be wrong anyway).
 
 Rows of a batch draft in lockstep (one scratch forward per depth for all rows); a row that has
 exited, or reached its budget, stops growing its chain while the others continue.
@@ -28,19 +24,19 @@ import weakref
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import Field
 
 from specdec.draft import Draft, Verdict
 from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
+from specdec.runner import LayerPlan, WeightFormat, layout_for
 from specdec.sampling import process_logits, sample
 
-from ..draft_fast import FastDraftForward, WeightFormat, default_weight_format, fast_forward_for
 from ..draft_schedule import ConfidenceExit
 from ..token_ranking import scatter_to_vocab, select_draft_vocab
 from .adaptive import AdaptiveOptions, exit_rule
-from .skipping import LayerSkipper, layout_for
 from .skipset import SkipSet, find_shipped_skip_set, load_skip_set, read_skip_file
 
 
@@ -57,7 +53,7 @@ class LayerSkipOptions(AdaptiveOptions):
         None, description="tokens the draft scores: N = the N most frequent tokens of the skip-set file's "
                           "token ranking, a list = these token ids, 0 = the full vocabulary; default: what the "
                           "skip-set file recommends (measured on calibration data), else the full vocabulary")
-    fast_forward: bool = Field(True, description="draft through specdec's lean fused forward (drafters/draft_fast.py) "
+    fast_forward: bool = Field(True, description="draft through specdec's lean fused forward (specdec/lean_forward.py) "
                                                  "on Llama/Mistral/Qwen2 in the unpadded batch mode; off = "
                                                  "transformers' forward with the blocks swapped out (always used "
                                                  "for other architectures and the padded mode)")
@@ -77,9 +73,8 @@ class LayerSkipDrafter(Drafter):
     def __init__(self, options: LayerSkipOptions | None = None) -> None:
         super().__init__(options)
         self.options: LayerSkipOptions
-        self._skipper: LayerSkipper | None = None
-        self._skipper_key: tuple[int, SkipSet, tuple[int, ...] | None] | None = None
-        self._fast: FastDraftForward | None = None
+        self.plan: LayerPlan | None = None  # what a draft forward runs (set up per model)
+        self._plan_for: tuple[weakref.ref, tuple] | None = None  # the model and settings `plan` was built for
         self.skip_set: SkipSet | None = None
         self.head_tokens: torch.Tensor | None = None  # token id of each reduced-head column; None = full
         self._vocab_size = 0
@@ -91,7 +86,7 @@ class LayerSkipDrafter(Drafter):
         self._gamma = self.options.gamma0  # carried across generate calls when carry_gamma
         self.goodput = False  # the controller cuts this call's drafts (see setup)
         self.draft_forwards = 0  # scratch forwards run, for cost accounting (search, benchmarks)
-        self.lean_forwards = 0  # of which on the lean path (the rest went through transformers' forward)
+        self.lean_forwards = 0  # of which the runner ran on the lean path (the rest: transformers' forward)
 
     # -- setup -------------------------------------------------------------------------------
     def resolve_skip_set(self, model: Any) -> SkipSet:
@@ -151,14 +146,14 @@ class LayerSkipDrafter(Drafter):
         model = context.model
         layout_for(model)  # clear error for unsupported architectures before any drafting
         skip, head = self._resolve(model)
-        key = (id(model), skip, head)
-        if self._skipper_key != key:
-            self._skipper = LayerSkipper(model, skip.attention, skip.mlp, head_tokens=head)
-            self._skipper_key = key
-        self.head_tokens = self._skipper.head_tokens
-        weights = self.options.draft_weights or default_weight_format(model)
-        self._fast = (fast_forward_for(model, skip.attention, skip.mlp, head, weights)
-                      if self.options.fast_forward else None)
+        # One plan per model and settings, kept across calls: the runner prepares a plan once per object.
+        settings = (skip, head, self.options.fast_forward, self.options.draft_weights)
+        built = self._plan_for
+        if built is None or built[0]() is not model or built[1] != settings:
+            self.plan = LayerPlan.build(model, skip.attention, skip.mlp, head_tokens=head,
+                                        lean=self.options.fast_forward, weights=self.options.draft_weights)
+            self.head_tokens = None if head is None else torch.tensor(head, dtype=torch.long)
+            self._plan_for = (weakref.ref(model), settings)
         self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.skip_set = skip
         self._rows = {}
@@ -177,7 +172,7 @@ class LayerSkipDrafter(Drafter):
     # -- drafting ----------------------------------------------------------------------------
     @torch.no_grad()
     def propose(self, state: DecodeState) -> Draft:
-        if self._skipper is None:
+        if self.plan is None:
             raise DrafterError("layer_skip.propose called before setup")
         batch = state.batch_size
         limits = state.max_depth.clamp(min=0, max=self.options.max_draft)
@@ -226,22 +221,14 @@ class LayerSkipDrafter(Drafter):
     def _forward(self, runner: Any, inputs: torch.Tensor, offset: int, growing: torch.Tensor,
                  greedy: bool) -> torch.Tensor:
         """Draft logits [B, V] (V = the draft vocabulary) for one token per row at `offset` slots past
-        each row's committed length; see the module docstring for which forward runs."""
-        fast = self._fast
-        if fast is not None and not runner.padded:
-            start, positions = runner.scratch_slots(1, offset)
-            if fast.ready(runner.cache, int(start.max()) + 1):
-                self.lean_forwards += 1
-                if not greedy or bool(growing.all()):
-                    # sampling runs every row, so a row's draws never depend on its neighbours
-                    return fast(runner.cache, inputs, start, positions)[:, -1]
-                # greedy: rows that stopped drafting cost nothing; their logits are zeros, never read
-                rows = growing.nonzero(as_tuple=True)[0]
-                part = fast(runner.cache, inputs[rows], start[rows.numpy()], positions[rows], rows=rows)[:, -1]
-                return part.new_zeros(inputs.shape[0], part.shape[-1]).index_copy_(0, rows.to(part.device), part)
-        assert self._skipper is not None
-        with self._skipper:
-            return runner.scratch_forward(inputs, offset=offset)[:, -1]
+        each row's committed length. Greedy rows that stopped drafting need no logits (the lean forward
+        skips them; theirs are zeros, never read); sampling runs every row, so a row's draws never depend
+        on its neighbours."""
+        rows = None if not greedy or bool(growing.all()) else np.flatnonzero(growing.numpy())
+        before = runner.lean_forwards
+        logits = runner.scratch_forward(inputs, offset=offset, plan=self.plan, rows=rows)[:, -1]
+        self.lean_forwards += runner.lean_forwards - before
+        return logits
 
     def _full_vocab(self, q: torch.Tensor) -> torch.Tensor:
         """q over the reduced head -> q over the full vocabulary, zero outside the kept tokens: the

@@ -44,10 +44,11 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from specdec.drafters.draft_fast import WeightFormat, default_weight_format, fast_forward_for
 from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
-from specdec.drafters.layerskip.skipping import num_layers as count_layers
 from specdec.drafters.layerskip.skipset import SkipSet, model_fingerprint, save_skip_set
+from specdec.layer_plan import LayerPlan
+from specdec.layer_plan import num_layers as count_layers
+from specdec.lean_forward import WeightFormat, default_weight_format
 
 CACHE_FORMAT = "specdec.layer_skip_search/1"
 
@@ -75,10 +76,10 @@ class SearchSettings(BaseModel):
         "time", description="time: measured tokens/s of each candidate (the paper); cost: deterministic counts "
                             "priced by a cost model timed once (see the module docstring)")
     draft_vocab: int = Field(0, ge=0, description="draft scores the N most frequent tokens (0 = full vocabulary)")
-    fast_forward: bool = Field(True, description="drafts run the lean fused forward (drafters/draft_fast.py) where "
+    fast_forward: bool = Field(True, description="drafts run the lean fused forward (specdec/lean_forward.py) where "
                                                  "the architecture allows; the cost model times the same path")
     draft_weights: WeightFormat | None = Field(
-        None, description="weights of the lean forward (see draft_fast.WeightFormat); default: as the drafter's "
+        None, description="weights of the lean forward (see specdec.lean_forward.WeightFormat); default: as the drafter's "
                           "(int8 where the model is on a CPU and torch has the kernel, else model)")
 
 
@@ -176,7 +177,6 @@ def measure_cost_model(model: Any, prompt: list[int], max_width: int, vocab_rank
                        draft_weights: WeightFormat | None = None) -> CostModel:
     """Time (CPU, this process) the forwards the cost model prices, on the engine's own cache code;
     drafts on the path the drafter takes (`fast_forward`: the lean forward where supported)."""
-    from specdec.drafters.layerskip.skipping import LayerSkipper
     from specdec.target import TargetRunner
 
     draft_weights = draft_weights or default_weight_format(model)
@@ -196,12 +196,8 @@ def measure_cost_model(model: Any, prompt: list[int], max_width: int, vocab_rank
     everything = tuple(range(layers))
 
     def draft(attention: tuple[int, ...], mlp: tuple[int, ...], ranking: list[int] | None) -> float:
-        fast = fast_forward_for(model, attention, mlp, ranking, draft_weights) if fast_forward else None
-        if fast is not None:
-            start, positions = runner.scratch_slots(1)
-            return _median_cpu_ms(lambda: fast(runner.cache, root, start, positions), calls, rounds) / unit
-        with LayerSkipper(model, attention, mlp, head_tokens=ranking):
-            return _median_cpu_ms(lambda: runner.scratch_forward(root), calls, rounds) / unit
+        plan = LayerPlan.build(model, attention, mlp, head_tokens=ranking, lean=fast_forward, weights=draft_weights)
+        return _median_cpu_ms(lambda: runner.scratch_forward(root, plan=plan), calls, rounds) / unit
 
     fixed = {vocab: draft(everything, everything, ranking or None) for vocab, ranking in vocab_rankings.items()}
     first = next(iter(vocab_rankings))

@@ -1,16 +1,18 @@
-"""A lean forward pass for Llama-family draft models (Llama, Mistral without a sliding window, Qwen2).
+"""A lean forward pass for Llama-family models (Llama, Mistral without a sliding window, Qwen2): the
+runner's fast path for drafters' scratch forwards (`TargetRunner.scratch_forward` with a `LayerPlan`
+whose `lean` is set).
 
 Why: a draft model is small, so on a CPU its forward is dominated by per-module Python overhead
 in transformers (hooks, output dataclasses, mask construction, config lookups), not by matmuls.
 The 2-layer default draft spends ~3 ms per one-token forward through `model(...)` on this
 project's machine, of which the matmuls are about half. This module runs the same computation
-with fused q/k/v and gate/up projections, straight on the drafter's `RaggedKVCache` buffers, and
+with fused q/k/v and gate/up projections, straight on the runner's `RaggedKVCache` buffers, and
 computes logits only where asked.
 
 It also serves self-speculation (`layer_skip`): built with skip sets it bypasses chosen attention and
 MLP sub-blocks (a skipped sub-block adds nothing to the residual stream, and a skipped attention
-writes no KV), and with `head_tokens` its LM head scores only those rows. The caller then owns where
-it writes: `layer_skip` writes only beyond each row's committed length (`TargetRunner.scratch_slots`).
+writes no KV), and with `head_tokens` its LM head scores only those rows. The runner decides where
+it writes: beyond each row's committed length (`TargetRunner.scratch_slots`).
 
 It only ever produces *guesses*: the target verifies every drafted token, so tiny numeric
 differences from transformers' forward (fused matmuls) can change which tokens are proposed but
