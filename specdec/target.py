@@ -1,8 +1,9 @@
 """Runs the target model on the ragged KV cache with explicit masks and position ids.
 
 One class owns every target forward: prefill, tree verification (with a drafter's extra slots)
-and drafters' scratch forwards (with a `LayerPlan`: bypassed sub-blocks, a reduced head, the lean forward). Masks are additive 4-D tensors in the model's dtype,
-which transformers 5.x passes through unchanged to eager and SDPA attention.
+and drafters' scratch forwards (under a `LayerPlan`: bypassed sub-blocks, a reduced head, the lean
+forward). Masks are additive 4-D tensors in the model's dtype, which transformers 5.x passes through
+unchanged to eager and SDPA attention.
 """
 
 from __future__ import annotations

@@ -48,11 +48,15 @@ def _drafter(kind: str, prompts: list[list[int]]):
 @pytest.mark.parametrize("kind", ["none", "random", "oracle", "anpd"])
 def test_rows_equal_alone(kind: str, batch: int, batch_mode: str) -> None:
     prompts = _prompts(batch)
+    # The test drafters' trees are verified as drafted (controller=False): the controller would cut random ones.
+    planted = kind in ("random", "oracle")
     out = specdec.generate(_model(), prompts, drafter=_drafter(kind, prompts), verifier="exact",
-                           max_new_tokens=NEW_TOKENS, batch_mode=batch_mode)
+                           max_new_tokens=NEW_TOKENS, batch_mode=batch_mode, controller=not planted)
     for prompt, sequence in zip(prompts, out.sequences):
         assert sequence == list(_alone(tuple(prompt)))
     assert out.stats.new_tokens == batch * NEW_TOKENS
+    if planted:
+        assert out.stats.drafted_tokens > 0
 
 
 def test_padded_mode_leaves_holes_and_unpadded_none() -> None:
