@@ -96,9 +96,11 @@ class Draft:
         lengths: torch.Tensor | Sequence[int] | None = None,
         q: torch.Tensor | None = None,
         scores: torch.Tensor | None = None,
+        host_scores: Sequence[Sequence[float]] | None = None,
     ) -> Draft:
         """A chain per row from padded tokens [B, K]; `lengths` [B] defaults to K everywhere. Lengths given
-        as a list (host data) spare the engine reading them back from the device."""
+        as a list (host data) spare the engine reading them back from the device, and `host_scores` (the same
+        scores per row, lengths[b] of them, on the host) spare the controller reading the scores."""
         batch, width = tokens.shape
         device = tokens.device
         parents = (torch.arange(width, device=device) - 1).expand(batch, width).clone()
@@ -108,7 +110,10 @@ class Draft:
         elif not isinstance(lengths, torch.Tensor):
             sizes = [int(n) for n in lengths]
         counts = torch.tensor(sizes, dtype=torch.long, device=device) if sizes is not None else lengths.long().to(device)
-        host = DraftHost(sizes, True) if sizes is not None else None  # scores, if any, stay on the device
+        host = None
+        if sizes is not None:  # scores without `host_scores` stay on the device
+            host = DraftHost(sizes, True, scores=None if host_scores is None or scores is None else
+                             [[float(value) for value in row[:size]] for row, size in zip(host_scores, sizes)])
         return cls(tokens.long(), parents, counts, q, scores=scores, host=host)
 
     @classmethod

@@ -80,6 +80,7 @@ class LayerSkipDrafter(Drafter):
         self._vocab_size = 0
         self._rows: dict[int, ConfidenceExit] = {}
         self._eos = torch.zeros(0, dtype=torch.long)  # a row's chain ends at one of these (see setup)
+        self._device_ids: tuple[torch.device, torch.Tensor | None, torch.Tensor] | None = None  # `_on_device`
         # The last model's skip set and draft vocabulary, with the file they came from and its mtime: reading
         # the skip-set file (with its token ranking) took ~1.5 ms a call, 2% of a 10-token answer.
         self._resolved: tuple[weakref.ref, SkipSet, tuple[int, ...] | None, Path | None, int] | None = None
@@ -158,6 +159,7 @@ class LayerSkipDrafter(Drafter):
         self.skip_set = skip
         self._rows = {}
         self._eos = torch.tensor(sorted(context.eos_token_ids), dtype=torch.long)
+        self._device_ids = None
         # Under the controller the confidence exit (which aims at an acceptance rate, not at speed) is
         # off: the budget sets the length and the confidences become scores the cut reads.
         self.goodput = self.options.schedule == "goodput" and context.goodput
@@ -172,77 +174,106 @@ class LayerSkipDrafter(Drafter):
     # -- drafting ----------------------------------------------------------------------------
     @torch.no_grad()
     def propose(self, state: DecodeState) -> Draft:
+        """Draft a chain per row, one scratch forward per depth for all rows, on the target's device. Without
+        the adaptive exit (the default under the controller) the host knows each row's length limit, eos is
+        applied on the device, and the draft's sizes are read once at the end; with it, which rows go on is
+        read after every depth (the exit is decided per drafted token), so no forward runs for nothing."""
         if self.plan is None:
             raise DrafterError("layer_skip.propose called before setup")
         batch = state.batch_size
-        limits = state.max_depth.clamp(min=0, max=self.options.max_draft)
-        if state.draft_budget is not None:  # the controller verifies at most this many nodes per row
-            limits = torch.minimum(limits, state.draft_budget.cpu())
-        steps = int(limits.max()) if batch else 0
+        limits_host = np.clip(np.asarray(state.max_depths(), dtype=np.int64), 0, self.options.max_draft)
+        budgets = state.draft_budgets()
+        if budgets is not None:  # the controller verifies at most this many nodes per row
+            limits_host = np.minimum(limits_host, budgets)
+        steps = int(limits_host.max()) if batch else 0
         if steps <= 0:
             return Draft.empty(batch)
+        runner = state.target
+        device = runner.device
         greedy = state.sampling.greedy
         adaptive = self.options.adaptive and not self.goodput
-        scores = torch.zeros(batch, steps) if self.goodput else None
-        gammas = torch.tensor([self._exit_state(row).threshold for row in state.row_ids])
-        tokens = torch.zeros(batch, steps, dtype=torch.long)
+        limits = torch.as_tensor(limits_host, device=device)
+        head, eos = self._on_device(device)
+        scores = torch.zeros(batch, steps, device=device) if self.goodput else None
+        gammas = (torch.tensor([self._exit_state(row).threshold for row in state.row_ids], device=device)
+                  if adaptive else None)
+        tokens = torch.zeros(batch, steps, dtype=torch.long, device=device)
         q_rows: list[torch.Tensor] = []
-        lengths = torch.zeros(batch, dtype=torch.long)
-        growing = limits > 0
-        inputs = torch.tensor([[seq[-1]] for seq in state.sequences], dtype=torch.long)
+        lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        growing_host = limits_host > 0  # rows that may still grow (without the exit: eos is seen on the device)
+        growing = torch.as_tensor(growing_host, device=device)
+        inputs = torch.tensor([[seq[-1]] for seq in state.sequences], dtype=torch.long, device=device)
         depth = 0
         for depth in range(steps):
-            logits = self._forward(state.target, inputs, depth, growing, greedy).float().cpu()
+            logits = self._forward(runner, inputs, depth, growing_host, greedy).float()
             self.draft_forwards += 1
             # With a reduced head, `logits` and `chosen` index the kept tokens (head_tokens).
             if greedy:
                 chosen = logits.argmax(dim=-1)
             else:
                 q = process_logits(logits, state.sampling)
-                chosen = sample(q, state.generator, growing).cpu()  # draws only for growing rows
-                q_rows.append(self._full_vocab(q))
-            tokens[:, depth] = chosen if self.head_tokens is None else self.head_tokens[chosen]
-            lengths += growing.long()
-            growing = growing & (depth + 1 < limits) & ~torch.isin(tokens[:, depth], self._eos)  # nothing past eos commits
+                chosen = sample(q, state.generator, growing)  # draws only for growing rows
+                q_rows.append(self._full_vocab(q, head))
+            tokens[:, depth] = chosen if head is None else head[chosen]
+            lengths += growing
+            growing = growing & (depth + 1 < limits) & ~torch.isin(tokens[:, depth], eos)  # nothing past eos commits
             if adaptive or scores is not None:
                 # confidence = raw (temperature-1) probability of the drafted token, as in the paper's code
                 confidence = logits.softmax(dim=-1).gather(1, chosen[:, None]).squeeze(1)
-                if adaptive:
+                if gammas is not None:
                     growing = growing & (confidence >= gammas)
                 if scores is not None:  # a node's score: its path's confidence
                     scores[:, depth] = confidence * (scores[:, depth - 1] if depth else 1.0)
-            if not bool(growing.any()):
+            if depth + 1 == steps:
+                break
+            if gammas is not None:
+                growing_host = np.asarray(growing.tolist(), dtype=bool)
+            else:
+                growing_host = growing_host & (depth + 1 < limits_host)
+            if not growing_host.any():
                 break
             inputs = tokens[:, depth, None]
         width = depth + 1
         q = torch.stack(q_rows, dim=1)[:, :width] if q_rows else None
-        return Draft.chain(tokens[:, :width], lengths, q, None if scores is None else scores[:, :width])
+        if scores is None:
+            return Draft.chain(tokens[:, :width], lengths.tolist(), q)
+        # sizes and scores in one read: the controller's cut reads them on the host
+        scores = scores[:, :width]
+        read = torch.cat([lengths[:, None].to(scores.dtype), scores], dim=1).tolist()
+        return Draft.chain(tokens[:, :width], [int(row[0]) for row in read], q, scores, [row[1:] for row in read])
 
-    def _forward(self, runner: Any, inputs: torch.Tensor, offset: int, growing: torch.Tensor,
+    def _on_device(self, device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The reduced head's token ids and the eos ids on `device`, copied once per device and setup."""
+        if self._device_ids is None or self._device_ids[0] != device:
+            head = None if self.head_tokens is None else self.head_tokens.to(device)
+            self._device_ids = (device, head, self._eos.to(device))
+        return self._device_ids[1], self._device_ids[2]
+
+    def _forward(self, runner: Any, inputs: torch.Tensor, offset: int, growing: np.ndarray,
                  greedy: bool) -> torch.Tensor:
         """Draft logits [B, V] (V = the draft vocabulary) for one token per row at `offset` slots past
         each row's committed length. Greedy rows that stopped drafting need no logits (the lean forward
         skips them; theirs are zeros, never read); sampling runs every row, so a row's draws never depend
         on its neighbours."""
-        rows = None if not greedy or bool(growing.all()) else np.flatnonzero(growing.numpy())
+        rows = None if not greedy or growing.all() else np.flatnonzero(growing)
         before = runner.lean_forwards
         logits = runner.scratch_forward(inputs, offset=offset, plan=self.plan, rows=rows)[:, -1]
         self.lean_forwards += runner.lean_forwards - before
         return logits
 
-    def _full_vocab(self, q: torch.Tensor) -> torch.Tensor:
+    def _full_vocab(self, q: torch.Tensor, head: torch.Tensor | None) -> torch.Tensor:
         """q over the reduced head -> q over the full vocabulary, zero outside the kept tokens: the
         distribution the draft token was really drawn from (what lossless rejection sampling needs)."""
-        if self.head_tokens is None:
+        if head is None:
             return q
-        return scatter_to_vocab(q.cpu(), self.head_tokens, self._vocab_size, 0.0)
+        return scatter_to_vocab(q, head, self._vocab_size, 0.0)
 
     def observe(self, state: DecodeState, draft: Draft, verdict: Verdict, committed: list[list[int]],
                 extra_logits: torch.Tensor | None) -> None:
         if not self.options.adaptive:
             return
-        drafted = draft.num_nodes.tolist()
-        accepted = verdict.num_accepted.tolist()
+        drafted = draft.sizes()
+        accepted = state.accepted_counts(verdict)
         for b, row in enumerate(state.row_ids):
             self._exit_state(row).update(drafted[b], accepted[b], drafted[b] >= self.options.max_draft)
 
