@@ -415,6 +415,36 @@ def test_checkpoint_check_is_kept_only_while_the_model_is_unchanged(tmp_path) ->
     assert len(loads) == 3
 
 
+def test_checkpoint_check_is_kept_per_model_across_drafters(tmp_path, monkeypatch) -> None:
+    """`drafter="ppd"` makes a new drafter at every call: the checkpoint's check is kept per model (weakly, so
+    it never keeps the model alive), taken again once the weights change in place, which is still refused."""
+    import gc
+    import weakref
+
+    import specdec.drafters.ppd.prompts as prompts_module
+
+    model = tiny_model("llama", seed=6)
+    path = tmp_path / "p.safetensors"
+    random_checkpoint(model, 3, 1).save(path)
+    fingerprints: list[int] = []
+    original = prompts_module.model_fingerprint
+    monkeypatch.setattr(prompts_module, "model_fingerprint", lambda m: fingerprints.append(1) or original(m))
+    run = {"drafter": "ppd", "drafter_options": {"checkpoint": str(path), "tree_size": 8}, "verifier": "exact",
+           "max_new_tokens": 4}
+    for _ in range(3):
+        assert specdec.generate(model, [1, 2, 3], **run).sequences[0] == hf_greedy(model, [1, 2, 3], 4)
+    assert len(fingerprints) == 1
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.5)  # in place: same storage, new version
+    with pytest.raises(PPDCheckpointError, match="different model"):
+        specdec.generate(model, [1, 2, 3], **run)
+    assert len(fingerprints) == 2
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None
+
+
 # -- hardware profile -----------------------------------------------------------------------------
 def test_profile_is_used_only_on_its_own_device(tmp_path) -> None:
     model = tiny_model("llama")

@@ -93,6 +93,13 @@ def _mtime(path: Path | None) -> float | None:
     return path.stat().st_mtime if path is not None and path.is_file() else None
 
 
+# Checkpoints checked against a model, per checkpoint file: (the model's weights' version, the file's modification
+# time, the checkpoint), kept as long as the model lives (weak keys). Reading the file and fingerprinting the model
+# cost ~10 ms a call on the default model, and `drafter="ppd"` makes a new drafter at every call.
+_CHECKED: weakref.WeakKeyDictionary[torch.nn.Module, dict[Path, tuple[tuple, float | None, PromptCheckpoint]]] = (
+    weakref.WeakKeyDictionary())
+
+
 class _StateLayout:
     """Index tensors of one state's tree, so a step is a few gathers instead of Python loops."""
 
@@ -125,10 +132,6 @@ class PPDDrafter(Drafter):
         self._topk = 10
         self._scores: dict[int, torch.Tensor] = {}  # per state: each candidate's prior acceptance
         self.goodput = False  # cut by the controller in this call (see setup)
-        # The checkpoint checked against a model at the last setup: (the model, its weights' version, the
-        # file's modification time, the checkpoint, its path). Reading the file and fingerprinting the model
-        # cost ~5 ms a call on the default model; a later call on the same, unchanged model skips both.
-        self._checked: tuple[weakref.ref, tuple, float | None, PromptCheckpoint, Path | None] | None = None
         self._empty = _StateLayout({key: [] for key in ("cand_depth", "cand_rank", "cand_parent", "anchor_node",
                                                         "parent_slot", "embed_row")})
 
@@ -204,17 +207,20 @@ class PPDDrafter(Drafter):
         return int(entry["best_size"]), entry.get("best_num_prompts")
 
     def _checkpoint_for(self, model: torch.nn.Module) -> tuple[PromptCheckpoint, Path | None]:
-        """`_load_checkpoint`, or its result from the last setup if neither the model's weights nor the
-        checkpoint file changed since (random prompts are drawn again: they are cheap and seeded)."""
-        if self.options.random_init:
+        """`_load_checkpoint`, or its result from an earlier setup on this model (by any drafter) if neither the
+        model's weights nor the checkpoint file changed since (random prompts are drawn again: they are cheap
+        and seeded)."""
+        opts = self.options
+        if opts.random_init:
             return self._load_checkpoint(model)
+        wanted = Path(opts.checkpoint) if opts.checkpoint is not None else default_checkpoint_path()
         version = weights_version(model)
-        if self._checked is not None:
-            model_ref, checked_version, mtime, checkpoint, path = self._checked
-            if model_ref() is model and checked_version == version and mtime == _mtime(path):
-                return checkpoint, path
+        checked = _CHECKED.get(model, {}).get(wanted)
+        if checked is not None and checked[0] == version and checked[1] == _mtime(wanted):
+            return checked[2], wanted
         checkpoint, path = self._load_checkpoint(model)
-        self._checked = (weakref.ref(model), version, _mtime(path), checkpoint, path)
+        if path is not None:
+            _CHECKED.setdefault(model, {})[path] = (version, _mtime(path), checkpoint)
         return checkpoint, path
 
     def setup(self, context: GenerationContext) -> None:
