@@ -13,12 +13,11 @@ from __future__ import annotations
 from .api import parse_dtype
 from .costs import device_key
 from .layer_plan import LayerPlan, layout_for
-from .lean_forward import WeightFormat, default_weight_format
+from .lean_forward import WeightFormat
 from .lean_forward import supports as lean_forward_supports
 from .model_support import check_model_supported
 from .target import TargetRunner, context_length, model_device, model_dtype
 from .validation import prune_draft
 
-__all__ = ["LayerPlan", "TargetRunner", "WeightFormat", "check_model_supported", "context_length",
-           "default_weight_format", "device_key", "layout_for", "lean_forward_supports", "model_device",
-           "model_dtype", "parse_dtype", "prune_draft"]
+__all__ = ["LayerPlan", "TargetRunner", "WeightFormat", "check_model_supported", "context_length", "device_key",
+           "layout_for", "lean_forward_supports", "model_device", "model_dtype", "parse_dtype", "prune_draft"]
