@@ -328,6 +328,30 @@ def test_a_kept_drafter_reads_the_skip_set_again_when_its_file_changes(tmp_path)
     assert out.sequences[0] == hf_greedy(loaded, [1, 2, 3], 6)
 
 
+def test_the_skip_set_file_is_read_once_per_model_across_drafters(tmp_path, monkeypatch) -> None:
+    """`drafter="layer_skip"` makes a new drafter at every call: what the skip-set file says is kept per model
+    and options (weakly), so later calls do not read it again."""
+    import specdec.drafters.layerskip.drafter as drafter_module
+
+    model = tiny_model("llama", layers=2)
+    model.save_pretrained(tmp_path / "model")
+    loaded = type(model).from_pretrained(tmp_path / "model").eval()
+    loaded.generation_config.eos_token_id = None
+    save_skip_set(tmp_path / "model" / "layer_skip.json", SkipSet(attention=(1,), mlp=(1,)), loaded)
+    reads: list[Any] = []
+    original = drafter_module.read_skip_file
+    monkeypatch.setattr(drafter_module, "read_skip_file", lambda path: reads.append(path) or original(path))
+    run = {"drafter": "layer_skip", "verifier": "exact", "max_new_tokens": 4}
+    assert specdec.generate(loaded, [1, 2, 3], **run).sequences[0] == hf_greedy(loaded, [1, 2, 3], 4)
+    first = len(reads)
+    for _ in range(2):
+        specdec.generate(loaded, [1, 2, 3], **run)
+    assert first > 0 and len(reads) == first
+    path = tmp_path / "model" / "layer_skip.json"
+    specdec.generate(loaded, [1, 2, 3], drafter_options={"skip": str(path)}, **run)  # other options: read again
+    assert len(reads) > first
+
+
 # -- reduced draft vocabulary and the cost-model search ---------------------------------------
 KEPT = list(range(0, VOCAB, 2)) + [VOCAB - 1]  # half the vocabulary, not a prefix
 

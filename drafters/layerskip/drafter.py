@@ -39,6 +39,12 @@ from ..token_ranking import scatter_to_vocab, select_draft_vocab
 from .adaptive import AdaptiveOptions, exit_rule
 from .skipset import SkipSet, find_shipped_skip_set, load_skip_set, read_skip_file
 
+# Skip sets and draft vocabularies resolved for a model, by the options that chose them, with the skip-set file they
+# came from and its mtime (ns), kept as long as the model lives (weak keys): reading that file (with its token
+# ranking) took ~4 ms a call, and `drafter="layer_skip"` makes a new drafter at every call.
+_RESOLVED: weakref.WeakKeyDictionary[Any, dict[str, tuple[SkipSet, tuple[int, ...] | None, Path | None, int]]] = (
+    weakref.WeakKeyDictionary())
+
 
 class LayerSkipOptions(AdaptiveOptions):
     schedule: Literal["goodput", "own"] = Field(
@@ -81,9 +87,6 @@ class LayerSkipDrafter(Drafter):
         self._rows: dict[int, ConfidenceExit] = {}
         self._eos = torch.zeros(0, dtype=torch.long)  # a row's chain ends at one of these (see setup)
         self._device_ids: tuple[torch.device, torch.Tensor | None, torch.Tensor] | None = None  # `_on_device`
-        # The last model's skip set and draft vocabulary, with the file they came from and its mtime: reading
-        # the skip-set file (with its token ranking) took ~1.5 ms a call, 2% of a 10-token answer.
-        self._resolved: tuple[weakref.ref, SkipSet, tuple[int, ...] | None, Path | None, int] | None = None
         self._gamma = self.options.gamma0  # carried across generate calls when carry_gamma
         self.goodput = False  # the controller cuts this call's drafts (see setup)
         self.draft_forwards = 0  # scratch forwards run, for cost accounting (search, benchmarks)
@@ -130,17 +133,18 @@ class LayerSkipDrafter(Drafter):
                                   "--vocab-files` carry")
 
     def _resolve(self, model: Any) -> tuple[SkipSet, tuple[int, ...] | None]:
-        """`resolve_skip_set` and `resolve_draft_vocab` for `model`, read again only for another model or
-        when the skip-set file they came from changed."""
-        resolved = self._resolved
-        if resolved is not None and resolved[0]() is model:
-            _, skip, head, path, stamp = resolved
+        """`resolve_skip_set` and `resolve_draft_vocab` for `model`, read again only for other options or another
+        model, or when the skip-set file they came from changed."""
+        key = repr((self.options.skip, self.options.draft_vocab))
+        resolved = _RESOLVED.get(model, {}).get(key)
+        if resolved is not None:
+            skip, head, path, stamp = resolved
             if path is None or (path.is_file() and path.stat().st_mtime_ns == stamp):
                 return skip, head
         skip, head = self.resolve_skip_set(model), self.resolve_draft_vocab(model)
         path = self._skip_file(model)
         stamp = path.stat().st_mtime_ns if path is not None else 0
-        self._resolved = (weakref.ref(model), skip, head, path, stamp)
+        _RESOLVED.setdefault(model, {})[key] = (skip, head, path, stamp)
         return skip, head
 
     def setup(self, context: GenerationContext) -> None:
