@@ -197,7 +197,8 @@ def generate(
 
     `seed` (sampling only): an int gives every row its own stream mixed from (seed, row), so a row's
     output does not depend on the other rows; one int per row makes each prompt's output the same as
-    running it alone with that seed, at any batch position; None draws fresh random seeds.
+    running it alone with that seed, at any batch position (where the model's kernels round a row alike at
+    every batch size: see specdec.rng); None draws fresh random seeds.
 
     `packed_inputs` (unpadded mode): feed only each row's real tokens, packed, to the prefill and every
     verification (None = whenever the model supports it; True on a model that cannot is an error;

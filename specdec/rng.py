@@ -5,6 +5,12 @@ neighbours consumed before it (and on their draft sizes), so the same prompt and
 different samples in different batches. Here every row owns a generator and draws only the values
 it uses itself; a row's random stream is then a function of its own prompt, seed and drafts.
 
+What this cannot fix: the model's kernels may round a row's logits differently at another batch size
+(a float32 GEMM of 1 row and of 3 rows sums in another order on some CPUs and most GPUs, ~1e-7), and
+a draw whose uniform lands that close to a boundary of the inverse CDF then picks the neighbouring
+token. Outputs are identical across batches where the kernels are batch-invariant, as they are in
+float32 on the Xeon this was measured on, and in practice in float64 (`tests/test_determinism.py`).
+
 Generators live on the CPU and the uniforms are copied to the device that needs them: the same seed
 gives the same uniforms on every device, and the copies are a few numbers per step.
 """

@@ -167,19 +167,21 @@ def test_row_at_the_context_limit_leaves_early() -> None:
 
 @pytest.mark.parametrize("verifier", ["rejection", "typical"])
 def test_sampled_rows_do_not_depend_on_the_batch(verifier: str) -> None:
-    """With a seed per row, a sampled row is the same alone, in one batch, or refilled into a batch."""
-    from test_composition import DRAFTER_OPTIONS_FOR_TINY_MODEL
+    """With a seed per row, a sampled row is the same alone, in one batch, or refilled into a batch
+    (float64 models: see tests/test_determinism.py for why)."""
+    from test_determinism import float64_options
 
+    model = _model().to(torch.float64)
     prompts = _prompts()
     seeds = list(range(100, 100 + len(prompts)))
-    options = DRAFTER_OPTIONS_FOR_TINY_MODEL["draft_model"](_model())
+    options = float64_options("draft_model", model)
     kwargs = dict(drafter="draft_model", drafter_options=options, verifier=verifier, temperature=0.9,
                   max_new_tokens=NEW_TOKENS)
-    refilled = specdec.generate(_model(), prompts, seed=seeds, max_batch_size=3, **kwargs)
-    together = specdec.generate(_model(), prompts, seed=seeds, **kwargs)
+    refilled = specdec.generate(model, prompts, seed=seeds, max_batch_size=3, **kwargs)
+    together = specdec.generate(model, prompts, seed=seeds, **kwargs)
     assert refilled.sequences == together.sequences
     for prompt, seed, sequence in zip(prompts[:3], seeds, refilled.sequences):
-        assert specdec.generate(_model(), [prompt], seed=[seed], **kwargs).sequences[0] == sequence
+        assert specdec.generate(model, [prompt], seed=[seed], **kwargs).sequences[0] == sequence
 
 
 def test_fewer_rows_at_once_hold_less_cache() -> None:
