@@ -6,7 +6,7 @@ different samples in different batches. Here every row owns a generator and draw
 it uses itself; a row's random stream is then a function of its own prompt, seed and drafts.
 
 What this cannot fix: the model's kernels may round a row's logits differently at another batch size
-(a float32 GEMM of 1 row and of 3 rows sums in another order on some CPUs and most GPUs, ~1e-7), and
+(float32 kernels for 1 row and for 3 rows sum in another order on some CPUs and most GPUs, ~1e-7), and
 a draw whose uniform lands that close to a boundary of the inverse CDF then picks the neighbouring
 token. Outputs are identical across batches where the kernels are batch-invariant, as they are in
 float32 on the Xeon this was measured on, and in practice in float64 (`tests/test_determinism.py`).

@@ -4,9 +4,9 @@ Every batch row owns a random generator and draws only the numbers it uses (spec
 sample does not depend on its batch neighbours, its position, the batch size or the batch mode.
 Greedy outputs are position-independent by construction and covered by the equality tests.
 
-The models here run in float64. What these tests pin is the runtime's part (each row's random stream
-and the controller's frozen decisions); the model's kernels are not ours: on some CPUs (and most GPUs)
-a float32 GEMM rounds a row's logits differently at 1 row than at 3 (MKL on a CPU without AVX-512:
+The models here run in float64. What these tests pin is the runtime's part (each row's random stream and
+the controller's frozen decisions); the model's kernels are not ours: on some CPUs (and most GPUs) a
+float32 forward rounds a row's logits differently at 1 row than at 3 (here with MKL limited to SSE4.2:
 ~1e-7), and a draw whose uniform lands that close to a boundary of the inverse CDF flips (a CI run on
 another machine saw token 7 for 8 once). In float64 such a flip needs a uniform within ~1e-16 of a
 boundary, so an output that differs here is the runtime's doing.
