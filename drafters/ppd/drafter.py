@@ -142,7 +142,7 @@ class PPDDrafter(Drafter):
             if opts.checkpoint is not None:
                 raise DrafterError("ppd: give either checkpoint=... or random_init=True, not both")
             return random_checkpoint(model, opts.num_prompts or 3, opts.num_ept or 1, opts.seed), None
-        path = Path(opts.checkpoint) if opts.checkpoint is not None else default_checkpoint_path()
+        path = self._checkpoint_path()
         if opts.checkpoint is None and not path.is_file():
             raise PPDCheckpointError(
                 "ppd needs trained prompt tokens for this model: train them with `specdec train-ppd --model PATH "
@@ -210,18 +210,21 @@ class PPDDrafter(Drafter):
         """`_load_checkpoint`, or its result from an earlier setup on this model (by any drafter) if neither the
         model's weights nor the checkpoint file changed since (random prompts are drawn again: they are cheap
         and seeded)."""
-        opts = self.options
-        if opts.random_init:
+        if self.options.random_init:
             return self._load_checkpoint(model)
-        wanted = Path(opts.checkpoint) if opts.checkpoint is not None else default_checkpoint_path()
+        path = self._checkpoint_path()
         version = weights_version(model)
-        checked = _CHECKED.get(model, {}).get(wanted)
-        if checked is not None and checked[0] == version and checked[1] == _mtime(wanted):
-            return checked[2], wanted
-        checkpoint, path = self._load_checkpoint(model)
-        if path is not None:
-            _CHECKED.setdefault(model, {})[path] = (version, _mtime(path), checkpoint)
+        checked = _CHECKED.get(model, {}).get(path)
+        if checked is not None and checked[0] == version and checked[1] == _mtime(path):
+            return checked[2], path
+        checkpoint, _ = self._load_checkpoint(model)
+        _CHECKED.setdefault(model, {})[path] = (version, _mtime(path), checkpoint)
         return checkpoint, path
+
+    def _checkpoint_path(self) -> Path:
+        """The prompt checkpoint the options name, else the shipped default model's."""
+        checkpoint = self.options.checkpoint
+        return Path(checkpoint) if checkpoint is not None else default_checkpoint_path()
 
     def setup(self, context: GenerationContext) -> None:
         model = context.model
