@@ -29,6 +29,14 @@ PRIOR_FIRST = 0.6
 PRIOR_NEXT = 0.85
 PRIOR_WEIGHT = 2.0
 DECAY = 0.85
+#: Per step without a verdict, how much of a row's evidence on a drafter it plans before drafting (`explore`)
+#: remains when the next verdict comes (`RowAcceptance.fade`): acceptance comes in bursts, so what failed
+#: thirty steps ago says little about now. Faded to a trial or two, the evidence lets one verdict after a long
+#: plain stretch decide; a draft model's probe accepted in a repeating answer left the row plain with its six
+#: trials' worth of earlier failures (conditional 0.07 -> 0.22) where transformers' heuristic drafts again.
+STEP_FADE = 0.92
+#: Least weight (in trials) faded evidence keeps at a position: one verdict moves it, none erases it.
+FADE_FLOOR = 1.0
 #: Pseudo-count of the parent's estimate in an explored position's (`RowAcceptance.conditional`): what a
 #: stale position's estimate returns to as its own counts age.
 STALE_WEIGHT = 0.25
@@ -133,6 +141,18 @@ class RowAcceptance:
             if self.trials[i] > 1e-6:  # (their ratio stays; long rows must not age it to 0 / 0)
                 self.hits[i] *= self.decay
                 self.trials[i] *= self.decay
+
+    def fade(self, steps: int) -> None:
+        """Evidence ages with time as well as with verdicts: after `steps` steps without one, the counts
+        shrink by STEP_FADE per step (never below FADE_FLOOR trials, never raised), keeping each position's
+        ratio, so pricing is unchanged until the next verdict, which then weighs more."""
+        if steps <= 0:
+            return
+        factor = STEP_FADE ** steps
+        for i, trials in enumerate(self.trials):
+            scale = max(factor, min(1.0, FADE_FLOOR / trials)) if trials > 0 else 1.0
+            self.hits[i] *= scale
+            self.trials[i] *= scale
 
     def observe_scores(self, scores: Sequence[float]) -> None:
         """Conditional scores of one proposal in position order (every proposed node, verified or not)."""

@@ -445,7 +445,7 @@ class GoodputController:
         return name not in row.prepared and name in self.table.prepares
 
     def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0,
-                    row_seconds: float | None = None) -> float:
+                    row_seconds: float | None = None, lag: float | None = None) -> float:
         """Steps to wait before probing a drafter, so that probes expected to lose cost at most
         `probe_share` of the time (PPD's probe takes two steps: its prompt slots, then its tree). A probe
         loses against what the row would do instead: a plain step, or (drafter="auto") another drafter's
@@ -456,7 +456,14 @@ class GoodputController:
         the batch's plain step over its rows; None: a row alone). A probe holds up every row of the batch,
         so B rows probing every W steps lose B * loss / W of a step costing B * row_seconds: at batch 8 on
         this CPU a row's share is a quarter of a lone step, and draft-model probes priced as alone had their
-        drafts and prefills fourfold too cheap."""
+        drafts and prefills fourfold too cheap.
+
+        `lag`: the catch-up to price (default: the row's current one). Once the drafter has drafted the row,
+        `plan` prices the catch-up of one interval, not the row's current lag: that lag grows with every step
+        the row waits, and so did the wait, faster than it ran (a draft model's fitted catch-up, up to 0.1 ms a
+        token, against 1% of a 7 ms step: 1.4 steps more wait per step waited), so a row plain after one
+        failed draft never probed again: 113 plain steps on qa answers where transformers' heuristic commits
+        3-4 tokens a step."""
         items, _, _, best_one = option
         table, packed = self.table, self.packed
         context = items.context
@@ -465,7 +472,8 @@ class GoodputController:
         # A probe pays the drafter's catch-up too (a draft model feeds every token since it last drafted),
         # and in a row not drafted yet its one-off `prepare` (a draft model's prefill of the whole prompt:
         # behind a 1000-token document ~30 plain steps of a small target, which a probe in every request paid).
-        seconds = (table.draft(items.member, best_one, best_one, items.lag, context) + table.verify(1, inputs, packed, context)
+        catch_up = items.lag if lag is None else lag
+        seconds = (table.draft(items.member, best_one, best_one, catch_up, context) + table.verify(1, inputs, packed, context)
                    + self._overhead() + table.prepare(items.member, items.prepare))
         if items.base:
             seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
@@ -580,7 +588,10 @@ class GoodputController:
                 # (its first node verified) costs next to nothing whatever the row does instead.
                 instead = 0.0 if name in cheap_names else max(
                     (o[2] for other, o in options.items() if other != name), default=0.0)
-                wait = self._probe_wait(option, instead, row_seconds)
+                # (the catch-up grown while the row waited is priced at one interval's; a row the drafter never
+                # drafted still owes it the whole prompt)
+                grown = min(option[0].lag, row.interval[name]) if name in row.prepared else None
+                wait = self._probe_wait(option, instead, row_seconds, grown)
                 lost = wait * self.options.probe_share / len(self.order)  # the probe's expected loss, in row-steps
                 # A row that would decode plainly probes a drafter not yet verified in it after the first
                 # interval when the probe's expected loss is under FIRST_PROBE_SHARE of the request's remaining
@@ -1053,6 +1064,8 @@ class GoodputController:
             accepted = [node in on_path for node in cut.order[b]]
             up = cut.up[b] or [i - 1 for i in range(len(accepted))]
             explored = name not in plan.cheap  # its estimates are read with explore (`_position_items`)
+            if explored:  # the steps since its last verdict here (`since` counts this one too)
+                row.estimates[name].fade(row.since[name] - 1)
             row.estimates[name].observe(up, accepted, age=explored)
             if self.live:
                 self.pooled[name].observe(up, accepted, age=explored)

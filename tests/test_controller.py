@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specdec
-from specdec.acceptance import RowAcceptance
+from specdec.acceptance import FADE_FLOOR, RowAcceptance
 from specdec.controller import (
     BATCH_MARGIN,
     CHEAP_DRAFT,
@@ -309,6 +309,59 @@ def test_a_new_request_probes_a_drafter_that_earlier_requests_gave_up_on():
     again = controller(model)
     plans = [step(again, [0], [list(range(1, 9))], [0])[0] for _ in range(64)]
     assert sum(plan.probe[0] for plan in plans) <= 3
+
+
+def test_evidence_fades_between_verdicts_so_one_verdict_after_a_long_wait_decides():
+    """Acceptance comes in bursts: a row whose drafts failed for a while and then waited many plain steps
+    must take its next verdict seriously. Fading keeps each position's ratio (pricing does not move until
+    a verdict) and never drops below FADE_FLOOR trials."""
+    failed, faded = RowAcceptance(), RowAcceptance()
+    for est in (failed, faded):
+        for _ in range(10):
+            est.observe([-1, 0], [False, False], age=True)
+    before = faded.conditional(0)
+    faded.fade(30)
+    assert faded.conditional(0) == pytest.approx(before)
+    assert min(faded.trials) >= FADE_FLOOR - 1e-9 and faded.trials[0] < failed.trials[0]
+    faded.fade(0)
+    for est in (failed, faded):
+        est.observe([-1], [True], age=True)
+    assert failed.conditional(0) < 0.25 < 0.5 < faded.conditional(0)
+    # In the controller: a costly drafter that failed, waited and is accepted again drafts again at once.
+    ctl = controller(synthetic(draft=(0.0005, 0.0, 0.0005)), probe_after=1, max_probe_interval=8)
+    outcomes = iter([0] * 12 + [8] * 200)  # the draft is rejected, then (a repeating passage) always right
+    drafted_after_success = None
+    for index in range(200):
+        plan = ctl.plan([0], [1000], 64)
+        proposal = list(range(1, 1 + plan.budget[0]))
+        draft, cut = ctl.cut(chain([proposal]), plan, 0.0)
+        accepted = next(outcomes) if plan.budget[0] else 0
+        ctl.observe(plan, cut, verdict([min(accepted, draft.width)], draft.width), {})
+        if plan.probe[0] and accepted and drafted_after_success is None:
+            drafted_after_success = index
+        elif drafted_after_success is not None and index == drafted_after_success + 1:
+            assert plan.choice == ["d"] and plan.budget[0] >= 2  # no second probe needed
+            break
+    assert drafted_after_success is not None
+
+
+def test_a_plain_row_keeps_probing_while_its_catch_up_grows():
+    """A draft model feeds every token committed since it last drafted (its catch-up), so a plain row's next
+    draft costs more the longer it waits. Priced at the current lag, the wait grew faster than it ran and the
+    row never probed again; priced at one interval's catch-up, probes keep coming, spaced by their loss."""
+    model = synthetic()
+    fit = LinearFit(DRAFT_FEATURES)
+    for nodes, lag in [(1, 1), (2, 5), (3, 20), (5, 60), (8, 2), (1, 100), (2, 40), (4, 10)] * 4:
+        # 2 ms a node, 0.2 ms a catch-up token: twice 1% of a 10 ms plain step
+        fit.update(draft_features(nodes, nodes, lag), 0.002 * nodes + 0.0002 * lag)
+    model.live.drafters["d"] = fit
+    model.live.acceptance["d"] = RowAcceptance(prior=[0.1, 0.5], weight=50.0)
+    ctl = controller(model)
+    probes = [index for index, (plan, _) in enumerate(step(ctl, [0], [list(range(1, 9))], [0])
+                                                      for _ in range(1500)) if plan.probe[0]]
+    assert len(probes) >= 4 and probes[-1] > 1000
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert min(gaps) >= 16  # still held to their loss: a probe costs a fifth of a step and more
 
 
 def test_a_free_drafters_first_probe_is_not_held_back():
