@@ -347,21 +347,32 @@ def test_evidence_fades_between_verdicts_so_one_verdict_after_a_long_wait_decide
 
 def test_a_plain_row_keeps_probing_while_its_catch_up_grows():
     """A draft model feeds every token committed since it last drafted (its catch-up), so a plain row's next
-    draft costs more the longer it waits. Priced at the current lag, the wait grew faster than it ran and the
-    row never probed again; priced at one interval's catch-up, probes keep coming, spaced by their loss."""
+    draft costs more the longer it waits. Priced at the current lag, the wait grew faster than it ran and a
+    row whose drafter had been right there never probed again; priced at one interval's catch-up, probes keep
+    coming, spaced by their loss. A drafter never right in the row keeps the full price (and its rare probes)."""
     model = synthetic()
     fit = LinearFit(DRAFT_FEATURES)
     for nodes, lag in [(1, 1), (2, 5), (3, 20), (5, 60), (8, 2), (1, 100), (2, 40), (4, 10)] * 4:
         # 2 ms a node, 0.2 ms a catch-up token: twice 1% of a 10 ms plain step
         fit.update(draft_features(nodes, nodes, lag), 0.002 * nodes + 0.0002 * lag)
     model.live.drafters["d"] = fit
-    model.live.acceptance["d"] = RowAcceptance(prior=[0.1, 0.5], weight=50.0)
-    ctl = controller(model)
-    probes = [index for index, (plan, _) in enumerate(step(ctl, [0], [list(range(1, 9))], [0])
-                                                      for _ in range(1500)) if plan.probe[0]]
-    assert len(probes) >= 4 and probes[-1] > 1000
-    gaps = [b - a for a, b in zip(probes, probes[1:])]
-    assert min(gaps) >= 16  # still held to their loss: a probe costs a fifth of a step and more
+
+    def probes(right_at_first: bool) -> list[int]:
+        model.live.acceptance["d"] = RowAcceptance(prior=[0.9, 0.9], weight=2.0)
+        ctl = controller(model)
+        seen, drafted = [], 0
+        for index in range(1500):
+            accepted = 8 if right_at_first and drafted < 2 else 0  # right twice, then never again
+            plan, _ = step(ctl, [0], [list(range(1, 9))], [accepted])
+            drafted += plan.budget[0] > 0
+            if plan.probe[0]:
+                seen.append(index)
+        return seen
+
+    right = probes(True)
+    assert len(right) >= 4 and right[-1] > 1000
+    assert min(b - a for a, b in zip(right, right[1:])) >= 16  # still held to their loss
+    assert len(probes(False)) < len(right) / 2
 
 
 def test_a_free_drafters_first_probe_is_not_held_back():

@@ -5,7 +5,8 @@ wait pricing one interval's catch-up) against the behaviour before it, on Spec-B
     OMP_NUM_THREADS=1 python benchmarks/scripts/goodput/fade_ab.py --drafter layer_skip --rounds 2
 
 Cells: `none`; the drafter under the controller as before (STEP_FADE = 1, the wait priced at the row's current
-catch-up); the drafter as now; its own rule (draft_model: transformers' heuristic; layer_skip: schedule=own).
+catch-up); the drafter as now; its own rule where it has one (draft_model: transformers' heuristic; layer_skip:
+schedule=own; anpd: schedule=constant; `--own key=value` for others).
 Every prompt runs under every cell in turn (drift hits all cells alike), each cell with its own drafter and
 CostModel (as the harness's separate cells). A prompt's ratio is `none`'s process CPU time over the cell's
 (outputs are checked equal); printed after each round: means per category and overall, cumulative.
@@ -29,7 +30,9 @@ from specdec.target import context_length
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--drafter", default="draft_model", choices=["draft_model", "layer_skip"])
+    parser.add_argument("--drafter", default="draft_model")
+    parser.add_argument("--own", default=None, help="the drafter's own rule as key=value (default: draft_model "
+                        "schedule=heuristic, layer_skip schedule=own, anpd schedule=constant; none for others)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -46,9 +49,12 @@ def main() -> None:
     builder = PromptBuilder(pair.tokenizer, context_length(target), 128)
     prompts = [(s.category, builder.encode([], s.turns[0])[0]) for s in load_dataset("spec_bench", per_category=5)]
     options = {"model": pair.draft} if args.drafter == "draft_model" else {}
-    own = {"schedule": "heuristic"} if args.drafter == "draft_model" else {"schedule": "own"}
-    cells = [("none", None, True, None), ("before", args.drafter, True, True), ("now", args.drafter, True, False),
-             ("own rule", args.drafter, args.drafter != "draft_model", None)]
+    rules = {"draft_model": "schedule=heuristic", "layer_skip": "schedule=own", "anpd": "schedule=constant"}
+    rule = args.own or rules.get(args.drafter)
+    own = dict([rule.split("=", 1)]) if rule else {}
+    cells = [("none", None, True, None), ("before", args.drafter, True, True), ("now", args.drafter, True, False)]
+    if rule:
+        cells.append(("own rule", args.drafter, args.drafter != "draft_model", None))
     drafters = {name: specdec.registry.create("drafter", drafter, {**options, **(own if name == "own rule" else {})})
                 if drafter else None for name, drafter, _, _ in cells}
     costs = {name: CostModel(device_key("cpu")) for name, *_ in cells}
