@@ -327,22 +327,23 @@ def test_evidence_fades_between_verdicts_so_one_verdict_after_a_long_wait_decide
     for est in (failed, faded):
         est.observe([-1], [True], age=True)
     assert failed.conditional(0) < 0.25 < 0.5 < faded.conditional(0)
-    # In the controller: a costly drafter that failed, waited and is accepted again drafts again at once.
-    ctl = controller(synthetic(draft=(0.0005, 0.0, 0.0005)), probe_after=1, max_probe_interval=8)
-    outcomes = iter([0] * 12 + [8] * 200)  # the draft is rejected, then (a repeating passage) always right
-    drafted_after_success = None
-    for index in range(200):
+    # In the controller: a costly drafter (1 ms + 1 ms a node against a 10 ms step) rejected twelve times, then
+    # probed after a wait and its one-node probe accepted, drafts again at once (unfaded, the old failures kept
+    # the row plain after that probe).
+    ctl = controller(synthetic(draft=(0.001, 0.0, 0.001)), probe_after=1, max_probe_interval=8, probe_share=0.5)
+    outcomes = iter([0] * 12 + [1] * 600)  # rejected, then its first token right again
+    next_plan = None
+    for index in range(600):
         plan = ctl.plan([0], [1000], 64)
-        proposal = list(range(1, 1 + plan.budget[0]))
-        draft, cut = ctl.cut(chain([proposal]), plan, 0.0)
+        if next_plan == index:
+            break
+        draft, cut = ctl.cut(chain([list(range(1, 1 + plan.budget[0]))]), plan, 0.0)
         accepted = next(outcomes) if plan.budget[0] else 0
         ctl.observe(plan, cut, verdict([min(accepted, draft.width)], draft.width), {})
-        if plan.probe[0] and accepted and drafted_after_success is None:
-            drafted_after_success = index
-        elif drafted_after_success is not None and index == drafted_after_success + 1:
-            assert plan.choice == ["d"] and plan.budget[0] >= 2  # no second probe needed
-            break
-    assert drafted_after_success is not None
+        if plan.probe[0] and accepted and next_plan is None:
+            assert ctl.rows[0].since["d"] == 0 and plan.budget[0] == 1
+            next_plan = index + 1
+    assert next_plan is not None and plan.choice == ["d"] and plan.budget[0] >= 1
 
 
 def test_a_plain_row_keeps_probing_while_its_catch_up_grows():

@@ -20,6 +20,7 @@ from statistics import mean
 
 import torch
 from specdec.benchmarks.datasets import PromptBuilder, load_dataset
+from specdec.benchmarks.goodput_ab import make_drafter
 
 import specdec
 import specdec.acceptance as acceptance
@@ -48,15 +49,12 @@ def main() -> None:
     target = pair.target
     builder = PromptBuilder(pair.tokenizer, context_length(target), 128)
     prompts = [(s.category, builder.encode([], s.turns[0])[0]) for s in load_dataset("spec_bench", per_category=5)]
-    options = {"model": pair.draft} if args.drafter == "draft_model" else {}
     rules = {"draft_model": "schedule=heuristic", "layer_skip": "schedule=own", "anpd": "schedule=constant"}
     rule = args.own or rules.get(args.drafter)
-    own = dict([rule.split("=", 1)]) if rule else {}
     cells = [("none", None, True, None), ("before", args.drafter, True, True), ("now", args.drafter, True, False)]
     if rule:
-        cells.append(("own rule", args.drafter, args.drafter != "draft_model", None))
-    drafters = {name: specdec.registry.create("drafter", drafter, {**options, **(own if name == "own rule" else {})})
-                if drafter else None for name, drafter, _, _ in cells}
+        cells.append(("own rule", f"{args.drafter}:{rule}", args.drafter != "draft_model", None))
+    drafters = {name: make_drafter(cell, pair.draft) if cell else None for name, cell, _, _ in cells}
     costs = {name: CostModel(device_key("cpu")) for name, *_ in cells}
 
     def run(name: str, controller: bool, old: bool | None, prompt: list[int], tokens: int):
