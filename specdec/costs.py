@@ -558,3 +558,16 @@ def cost_model_for(model: Any, device: torch.device | str) -> CostModel:
     if key not in per_device:
         per_device[key] = CostModel(key)
     return per_device[key]
+
+
+def row_forward_seconds(model: Any) -> Callable[[int], float]:
+    """Seconds of one row's forward of `width` inputs on `model` behind a short cache, read from the cost
+    model kept for the model and its device (its curve measured at first use, about a second): how a drafter
+    that runs a model of its own prices that model's forwards. The returned function reads a snapshot, so
+    later measurements never move what it says."""
+    from .target import context_length, model_device
+
+    costs = cost_model_for(model, model_device(model))
+    costs.ensure(model, [1], True, False, LONG_CONTEXT, context_length(model))
+    table = costs.snapshot()
+    return lambda width: table.verify(1, width)

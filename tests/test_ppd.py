@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
-from specdec.drafters.ppd.draft_model import PPDDraftModelDrafter, PPDDraftModelOptions
+from specdec.drafters.ppd.draft_model import (
+    INNER_SIZES,
+    PPDDraftModelDrafter,
+    PPDDraftModelOptions,
+    size_inner_loop,
+)
 from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions
 from specdec.drafters.ppd.prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
 from specdec.drafters.ppd.trees import (
@@ -534,6 +539,39 @@ def test_ppd_draft_model_with_the_target_as_draft_accepts_everything() -> None:
                            controller=False)  # every draft verified (a draft as costly as the target is cut)
     assert out.sequences[0] == hf_greedy(target, [5, 6, 7], 30)
     assert out.stats.mean_accepted == pytest.approx(5.0)
+
+
+def test_inner_loop_sizing_takes_a_tree_where_width_is_cheap_and_plain_forwards_where_it_is_not() -> None:
+    accuracies = prior_accuracies(3, 10)
+    flat = size_inner_loop(accuracies, 4, lambda width: 1e-3)  # a GPU at small widths: wide costs as narrow
+    assert flat.tree_size == max(INNER_SIZES) and flat.num_prompts >= 1
+    assert flat.tokens_per_second > flat.plain_tokens_per_second
+    steep = size_inner_loop(accuracies, 4, lambda width: 1e-3 * width)  # every input a forward's worth
+    assert (steep.tree_size, steep.num_prompts) == (0, 0)
+    assert steep.tokens_per_second == steep.plain_tokens_per_second == pytest.approx(1e3)
+    mild = size_inner_loop(accuracies, 1, lambda width: 1e-3 * (1 + 0.02 * width))
+    assert 0 < mild.tree_size < max(INNER_SIZES)  # a tree, but not the widest: its last inputs cost more than they win
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])  # specdec's fused forward, and transformers' (gpt2)
+def test_ppd_draft_model_drafts_with_plain_forwards_where_no_tree_pays(arch, monkeypatch) -> None:
+    from specdec.drafters.ppd import draft_model as module
+
+    sized = []
+    monkeypatch.setattr(module, "row_forward_seconds", lambda model: sized.append(model) or (lambda width: 1e-3 * width))
+    target = tiny_model(arch, seed=0)
+    drafter = PPDDraftModelDrafter(PPDDraftModelOptions(model=target, random_init=True, k=4))
+    for prompt in ([5, 6, 7], list(range(3, 20))):
+        out = specdec.generate(target, prompt, drafter=drafter, verifier="exact", max_new_tokens=30,
+                               controller=False)  # every step drafts k
+        assert out.sequences[0] == hf_greedy(target, prompt, 30)
+        stats = out.stats.drafter_stats
+        assert stats["inner_tree_size"] == 0 and stats["inner_sizing"]["tree_size"] == 0
+        # one forward per drafted token: the committed tokens the draft lacks ride in each step's first forward
+        # (the prompt's prefill is the one other forward)
+        assert stats["draft_forwards"] == stats["drafted_tokens"] + 1
+        assert out.stats.mean_accepted > 2  # the target as its own draft (int8 copies on a CPU for llama)
+    assert len(sized) == 1  # sized once per drafter, like its draft is loaded once
 
 
 def test_stdlib_data_keeps_the_zoos_heldout_modules_out_of_training() -> None:

@@ -7,13 +7,23 @@ the tokens it has not seen, then runs an inner guess-and-verify loop on itself: 
 (prompts trained for the draft model) proposes, the draft verifies greedily (exact), until k tokens
 exist. Those are exactly the draft model's greedy continuation (PPD is lossless), proposed as a
 deterministic chain (q = None), so any verifier applies.
+
+The inner tree is sized for the device (PPD's hardware-aware sizing, P §4.2.2, over the draft's measured
+forward costs), down to no tree at all: where every tree's extra inputs cost more than its expected tokens
+win (a CPU, where a 53-input forward of the draft costs ~2.8 plain ones for ~1.5 tokens), the loop drafts
+with plain draft forwards, run as `draft_model` runs its draft (specdec's fused forward; int8 weight copies
+on a CPU, so there the chain is the int8 copy's greedy continuation). Every verifier applies either way.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,10 +32,21 @@ from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
 from specdec.registry import create
 from specdec.rng import RowGenerators
-from specdec.runner import TargetRunner, context_length, model_device, prune_draft
+from specdec.runner import (
+    LayerPlan,
+    TargetRunner,
+    context_length,
+    lean_forward_supports,
+    model_device,
+    prune_draft,
+    row_forward_seconds,
+)
 from specdec.sampling import SamplingParams
 
-from .drafter import PPDDrafter, PPDOptions
+from .drafter import PPDDrafter, PPDOptions, _cached_trees, checkpoint_accuracies
+
+#: Inner tree sizes compared when `tree_size` is not given (each with every prompt count of the checkpoint).
+INNER_SIZES = (2, 4, 8, 16, 32)
 
 
 class PPDDraftModelOptions(BaseModel):
@@ -39,11 +60,40 @@ class PPDDraftModelOptions(BaseModel):
                                    "shipped ppd_draft_prompts for the default draft")
     random_init: bool = Field(False, description="untrained draft prompts (tests)")
     k: int = Field(5, ge=1, le=64, description="draft tokens per outer step")
-    tree_size: int = Field(16, ge=2, le=512, description="inner PPD tree size on the draft model")
+    tree_size: int | None = Field(None, ge=2, le=512, description="inner PPD tree size on the draft model; None "
+                                  "= sized for this device from the draft's measured forward costs (no tree: "
+                                  "plain draft forwards, where none drafts faster)")
     num_ept: int | None = Field(None, ge=1, le=128)
     schedule: Literal["goodput", "constant"] = Field(
         "goodput", description="goodput: the core controller sets each row's draft length (up to k; 0 = no draft "
                                "work at all) from measured step costs and acceptance; constant: always k")
+
+
+@dataclass(frozen=True)
+class InnerSizing:
+    """The inner loop's shape on this device: a PPD tree of `tree_size` candidates and prompts using
+    `num_prompts` prompts, or none (`tree_size` 0: one plain draft forward per drafted token)."""
+
+    tree_size: int
+    num_prompts: int
+    tokens_per_second: float  # expected draft tokens per second of draft forwards with this shape
+    plain_tokens_per_second: float  # the same with plain forwards
+
+
+def size_inner_loop(accuracies: list[list[float]], num_ept: int, forward_seconds: Callable[[int], float],
+                    sizes: Sequence[int] = INNER_SIZES) -> InnerSizing:
+    """The shape with the most expected draft tokens per second: each (size, prompt count)'s expected tokens
+    per forward (the tree builder's tau under the prompts' accuracies, bonus included) over the cost of its
+    steady-state forward (every prompt's prediction available), against one token per plain forward."""
+    plain = 1.0 / forward_seconds(1)
+    best = InnerSizing(0, 0, plain, plain)
+    for count in range(1, len(accuracies) + 1):
+        for size in sizes:
+            trees = _cached_trees(json.dumps(accuracies[:count]), count, size, "dynamic")
+            rate = trees.expected_tau / forward_seconds(trees.trees[count].inputs_with(num_ept))
+            if rate > best.tokens_per_second:
+                best = InnerSizing(size, count, rate, plain)
+    return best
 
 
 def _resolve_draft(spec: Any, target: torch.nn.Module | None = None) -> torch.nn.Module:
@@ -78,6 +128,8 @@ class PPDDraftModelDrafter(Drafter):
         self.draft_forwards = 0
         self.drafted = 0
         self._draft: torch.nn.Module | None = None
+        self.sizing: InnerSizing | None = None  # the inner loop's shape when tree_size is not given
+        self.inner: PPDDrafter | None = None  # None: plain draft forwards
 
     def setup(self, context: GenerationContext) -> None:
         opts = self.options
@@ -98,31 +150,54 @@ class PPDDraftModelDrafter(Drafter):
             checkpoint = str(Path(default_model_dir()) / "ppd_draft_prompts.safetensors")
         inner = {"checkpoint": checkpoint, "random_init": opts.random_init, "tree_size": opts.tree_size,
                  "num_ept": opts.num_ept}
-        self.inner = PPDDrafter(PPDOptions(**{k: v for k, v in inner.items() if v is not None}))
+        inner_options = PPDOptions(**{k: v for k, v in inner.items() if v is not None})
+        if opts.tree_size is None:
+            if self.sizing is None:  # once per drafter, like its draft: the draft's costs here are the process's
+                self.sizing = self._size(inner_options, draft_vocab)
+            shape = {"tree_size": self.sizing.tree_size, "num_prompts": self.sizing.num_prompts}
+            inner_options = PPDOptions(**{**inner_options.model_dump(), **shape}) if self.sizing.tree_size else None
+        self.inner = PPDDrafter(inner_options) if inner_options is not None else None
         self.greedy = SamplingParams()
         self.generator = RowGenerators.seeded([0])  # the inner loop is greedy: never drawn from
-        self.inner.setup(GenerationContext(
-            model=self.draft, tokenizer=None, sampling=self.greedy,
-            generator=RowGenerators.seeded([0] * len(context.prompts)),
-            prompts=context.prompts, max_new_tokens=context.max_new_tokens, vocab_size=draft_vocab,
-            device=model_device(self.draft), max_draft_nodes=1024))
         self.context = context_length(self.draft)
         self.capacity = max(len(p) for p in context.prompts) + context.max_new_tokens + 4 * opts.k + 64
         self.verifier = create("verifier", "exact")
         self._rows = {}
         self.draft_forwards = 0
         self.drafted = 0
+        # Plain forwards (and catch-ups) as draft_model runs its draft: specdec's fused forward where it covers the
+        # draft, int8 weight copies on a CPU (`LayerPlan.build`'s default).
+        self.plan = LayerPlan.build(self.draft, lean=lean_forward_supports(self.draft)) if self.inner is None else None
+        if self.inner is None:
+            return
+        self.inner.setup(GenerationContext(
+            model=self.draft, tokenizer=None, sampling=self.greedy,
+            generator=RowGenerators.seeded([0] * len(context.prompts)),
+            prompts=context.prompts, max_new_tokens=context.max_new_tokens, vocab_size=draft_vocab,
+            device=model_device(self.draft), max_draft_nodes=1024))
+
+    def _size(self, inner_options: PPDOptions, vocab_size: int) -> InnerSizing:
+        """PPD's hardware-aware sizing of the inner loop from the draft's forward costs on its device."""
+        checkpoint, _ = PPDDrafter(inner_options)._checkpoint_for(self.draft)
+        return size_inner_loop(checkpoint_accuracies(checkpoint, vocab_size), inner_options.num_ept or
+                               checkpoint.num_ept, row_forward_seconds(self.draft))
 
     def finish(self) -> None:
         for row in self._rows.values():
             row.runner.release()
         self._rows = {}
-        if hasattr(self, "inner"):
+        if self.inner is not None:
             self.inner.finish()
 
     def stats(self) -> dict[str, Any]:
-        return {"draft_forwards": self.draft_forwards, "drafted_tokens": self.drafted,
-                "draft_tokens_per_forward": self.drafted / max(1, self.draft_forwards)}
+        stats: dict[str, Any] = {"draft_forwards": self.draft_forwards, "drafted_tokens": self.drafted,
+                                 "draft_tokens_per_forward": self.drafted / max(1, self.draft_forwards),
+                                 "inner_tree_size": self.inner.tree_size if self.inner is not None else 0}
+        if self.sizing is not None:  # why that size: expected draft tokens per second of draft forwards
+            stats["inner_sizing"] = {"tree_size": self.sizing.tree_size, "num_prompts": self.sizing.num_prompts,
+                                     "tokens_per_second": self.sizing.tokens_per_second,
+                                     "plain_tokens_per_second": self.sizing.plain_tokens_per_second}
+        return stats
 
     # -- the outer step ------------------------------------------------------------------------
     def propose(self, state: DecodeState) -> Draft:
@@ -135,12 +210,23 @@ class PPDDraftModelDrafter(Drafter):
             rows.append((tokens, list(range(-1, len(tokens) - 1))))
         return Draft.from_rows(rows)
 
+    def prepare(self, state: DecodeState) -> None:
+        """The draft's prefill of a row's prompt, at the first step that drafts the row: one-off work (a request
+        the controller never drafts for never pays it), kept out of the per-step drafting cost it learns from."""
+        budgets = state.draft_budget.tolist() if state.draft_budget is not None else [1] * state.batch_size
+        for row_id, sequence, budget in zip(state.row_ids, state.sequences, budgets):
+            if budget > 0 and row_id not in self._rows:
+                self._sync(row_id, sequence)
+
     def observe(self, state: DecodeState, draft: Draft, verdict: Verdict, committed: list[list[int]],
                 extra_logits: torch.Tensor | None) -> None:
         """Nothing to do: the next propose() syncs the draft cache with the committed sequence."""
 
     # -- the inner PPD loop on the draft model ---------------------------------------------------
-    def _sync(self, row_id: int, sequence: list[int]) -> _Row:
+    def _sync(self, row_id: int, sequence: list[int], feed: bool = True) -> tuple[_Row, list[int]]:
+        """The row's draft cache rolled back to the prefix it shares with `sequence` (its last token, the root,
+        excluded); the committed tokens it lacks are fed now (`feed`), else returned for the caller's first
+        forward."""
         row = self._rows.get(row_id)
         if row is None:
             row = self._rows[row_id] = _Row(TargetRunner(self.draft, 1, self.capacity))
@@ -152,25 +238,34 @@ class PPDDraftModelDrafter(Drafter):
         if same < len(row.cached):  # roll back: slots past the length are simply overwritten later
             row.cached = row.cached[:same]
             row.runner.set_lengths(torch.tensor([same]))
-        if not (len(row.cached) == len(known) and row.prediction_root == sequence[-1]):
+        if self.inner is not None and not (len(row.cached) == len(known) and row.prediction_root == sequence[-1]):
             self.inner._predictions.pop(row_id, None)  # anchored elsewhere: start with the root chain
         pending = known[len(row.cached):]
-        if pending:
-            row.runner.scratch_forward(torch.tensor([pending]), 0)
-            row.runner.commit(torch.arange(1, len(pending))[None, :], torch.tensor([len(pending) - 1]))
-            row.cached.extend(pending)
+        if pending and feed:
+            self._feed(row, pending)
             self.draft_forwards += 1
-        return row
+            pending = []
+        return row, pending
+
+    def _feed(self, row: _Row, tokens: list[int]) -> torch.Tensor:
+        """Run `tokens` as a chain on the row's draft cache and keep them all; the last one's logits [V]."""
+        logits = row.runner.scratch_forward(torch.tensor([tokens]), 0, plan=self.plan, keep=np.array([len(tokens) - 1]))
+        row.runner.commit(torch.arange(1, len(tokens))[None, :], torch.tensor([len(tokens) - 1]))
+        row.cached.extend(tokens)
+        return logits[0]
 
     def _draft_row(self, row_id: int, sequence: list[int], count: int) -> list[int]:
-        row = self._sync(row_id, sequence)
+        if self.inner is None:
+            row, pending = self._sync(row_id, sequence, feed=False)
+            return self._draft_plainly(row, pending + sequence[-1:], count)
+        row, _ = self._sync(row_id, sequence)
         drafted: list[int] = []
         root = sequence[-1]
         while len(drafted) < count:
             inner_state = DecodeState(row_ids=[row_id], sequences=[row.cached + [root]],
                                       max_depth=torch.tensor([count - len(drafted) - 1]), sampling=self.greedy,
                                       generator=self.generator, target=row.runner)
-            draft = self.inner.propose(inner_state)
+            draft = self.inner.propose(inner_state) if self.inner is not None else Draft.empty(1)
             extra_limit = None if self.context is None else (self.context - 1) - row.runner.lengths
             draft = prune_draft(draft, inner_state.max_depth, extra_limit)
             logits = self._forward(row.runner, root, draft)
@@ -182,13 +277,25 @@ class PPDDraftModelDrafter(Drafter):
             row.cached.extend([root] + accepted)
             new = accepted + [int(verdict.bonus[0])]
             extra_logits = logits[:, 1 + width :] if draft.extra is not None else None
-            self.inner.observe(inner_state, draft, verdict, [new], extra_logits)
+            if self.inner is not None:
+                self.inner.observe(inner_state, draft, verdict, [new], extra_logits)
             drafted.extend(new)
             root = new[-1]
             self.draft_forwards += 1
         row.prediction_root = root
         self.drafted += count
         return drafted[:count]
+
+    def _draft_plainly(self, row: _Row, feed: list[int], count: int) -> list[int]:
+        """The draft's greedy continuation one forward a token (no inner tree pays on this device); the first
+        forward also feeds the committed tokens the cache lacks (`feed` ends with the root)."""
+        drafted: list[int] = []
+        for _ in range(count):
+            drafted.append(int(self._feed(row, feed).argmax()))
+            feed = drafted[-1:]
+            self.draft_forwards += 1
+        self.drafted += count
+        return drafted
 
     @staticmethod
     def _forward(runner: TargetRunner, root: int, draft: Draft) -> torch.Tensor:

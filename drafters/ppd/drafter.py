@@ -83,6 +83,12 @@ def _cached_trees(accuracies: str, num_prompts: int, size: int, kind: str) -> Tr
     return build_dynamic_trees(acc, num_prompts, size)
 
 
+def checkpoint_accuracies(checkpoint: PromptCheckpoint, vocab_size: int) -> list[list[float]]:
+    """Top-k accuracy per prompt and rank the trees are built from: the checkpoint's measured ones, else the
+    prior of untrained prompts."""
+    return checkpoint.accuracies or prior_accuracies(checkpoint.num_prompts, min(10, vocab_size))
+
+
 def weights_version(model: torch.nn.Module) -> tuple[tuple[int, int], ...]:
     """Changes when a parameter is replaced or modified in place (storage and version counter): whether a
     fingerprint taken earlier still holds, without reading any weights."""
@@ -239,7 +245,7 @@ class PPDDrafter(Drafter):
         m = self.options.num_prompts or goodput_m or profiled_m or checkpoint.num_prompts
         if m > checkpoint.num_prompts:
             raise DrafterError(f"ppd: num_prompts={m} but the checkpoint has {checkpoint.num_prompts} prompt tokens")
-        accuracies = (checkpoint.accuracies or prior_accuracies(checkpoint.num_prompts, min(10, context.vocab_size)))[:m]
+        accuracies = checkpoint_accuracies(checkpoint, context.vocab_size)[:m]
         self._topk = len(accuracies[0])
         self.trees = _cached_trees(json.dumps(accuracies), m, self.tree_size, self.options.tree)
         widest = max(len(t.paths) for t in self.trees.trees.values())

@@ -43,6 +43,10 @@ class StateTree:
         """Slots in the verification forward for one EPT per prompt: root + candidates + all prompts."""
         return 1 + self.size + self.root_prompts
 
+    def inputs_with(self, num_ept: int) -> int:
+        """`num_inputs` with `num_ept` ensemble slots per prompt, as the drafter lays the tree out."""
+        return 1 + len(self.paths) + (sum(self.prompts) + self.root_prompts) * num_ept
+
     def layout(self, num_ept: int = 1) -> dict[str, list[int]]:
         """Flat buffers for the drafter: candidate (depth, rank, parent) and prompt slots.
 
