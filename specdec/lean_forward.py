@@ -55,6 +55,11 @@ def supports(model: Any) -> bool:
             and all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn")))
 
 
+#: Fused forwards kept per model, one per variant (skip sets, head, weight format), least recently used dropped
+#: first. Drafters sharing one draft model in a process (draft_model with its reduced head, ppd_draft_model with
+#: the whole one, auto's members) each use their own variant; with one kept, alternating calls rebuilt the int8
+#: copies every time (4-16 ms for the default 3M-parameter draft, a tenth of a short answer's call).
+VARIANTS_KEPT = 4
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -62,17 +67,20 @@ def fast_forward_for(model: Any, skip_attention: Iterable[int] = (), skip_mlp: I
                      head_tokens: Sequence[int] | None = None, weights: WeightFormat = "model",
                      ) -> FastDraftForward | None:
     """The fused forward of `model` (with these sub-blocks skipped and this reduced head), or None when
-    its architecture is not covered. Kept per model and rebuilt when the skip sets or head change, or
-    when any weight was modified in place (tensor version counters change)."""
+    its architecture is not covered. Kept per model and variant (`VARIANTS_KEPT`), rebuilt when any weight was
+    replaced or modified in place (tensor version counters change)."""
     if not supports(model):
         return None
     variant = (tuple(sorted(set(skip_attention))), tuple(sorted(set(skip_mlp))),
                None if head_tokens is None else tuple(int(t) for t in head_tokens), weights)
-    key = (variant, tuple((param.data_ptr(), param._version) for param in model.parameters()))
-    entry = _BUILT.get(model)
-    if entry is None or entry[0] != key:
-        entry = (key, FastDraftForward(model, *variant))
-        _BUILT[model] = entry
+    version = tuple((param.data_ptr(), param._version) for param in model.parameters())
+    built = _BUILT.setdefault(model, {})
+    entry = built.pop(variant, None)
+    if entry is None or entry[0] != version:
+        entry = (version, FastDraftForward(model, *variant))
+    built[variant] = entry  # most recently used last
+    while len(built) > VARIANTS_KEPT:
+        del built[next(iter(built))]
     return entry[1]
 
 

@@ -185,3 +185,23 @@ def test_int8_default_needs_the_kernel(monkeypatch) -> None:
     assert drafter.plan.weights == "model"
     with pytest.raises(ValueError, match="int8 draft weights"):
         FastDraftForward(model, weights="int8")
+
+
+def test_fused_forwards_of_several_variants_are_kept_per_model() -> None:
+    """Drafters sharing a draft model (draft_model's reduced head, ppd_draft_model's whole one) each keep their
+    fused forward: alternating calls must not rebuild the weight copies; an in-place weight change must."""
+    model = tiny_model("llama")
+    whole = fast_forward_for(model, (), (), None, "model")
+    reduced = fast_forward_for(model, (), (), list(range(16)), "model")
+    skipping = fast_forward_for(model, [1], (), None, "model")
+    assert len({id(whole), id(reduced), id(skipping)}) == 3
+    assert fast_forward_for(model, (), (), None, "model") is whole
+    assert fast_forward_for(model, (), (), list(range(16)), "model") is reduced
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2.0)
+    rebuilt = fast_forward_for(model, (), (), None, "model")
+    assert rebuilt is not whole
+    variants = [fast_forward_for(model, [layer], (), None, "model") for layer in range(2)] + [
+        fast_forward_for(model, (), [layer], None, "model") for layer in range(2)]
+    assert len({id(v) for v in variants}) == 4
+    assert fast_forward_for(model, (), (), None, "model") is not rebuilt  # the least recently used went first
