@@ -10,7 +10,7 @@ deterministic chain (q = None), so any verifier applies.
 
 The inner tree is sized for the device (PPD's hardware-aware sizing, P §4.2.2, over the draft's measured
 forward costs), down to no tree at all: where every tree's extra inputs cost more than its expected tokens
-win (a CPU, where a 53-input forward of the draft costs ~2.8 plain ones for ~1.5 tokens), the loop drafts
+win (a CPU, where a 53-input forward of the draft costs ~2.7 plain ones for ~1.5 tokens), the loop drafts
 with plain draft forwards, run as `draft_model` runs its draft (specdec's fused forward; int8 weight copies
 on a CPU, so there the chain is the int8 copy's greedy continuation). Every verifier applies either way.
 """
@@ -255,7 +255,8 @@ class PPDDraftModelDrafter(Drafter):
         return logits[0]
 
     def _draft_row(self, row_id: int, sequence: list[int], count: int) -> list[int]:
-        if self.inner is None:
+        inner = self.inner
+        if inner is None:
             row, pending = self._sync(row_id, sequence, feed=False)
             return self._draft_plainly(row, pending + sequence[-1:], count)
         row, _ = self._sync(row_id, sequence)
@@ -265,7 +266,7 @@ class PPDDraftModelDrafter(Drafter):
             inner_state = DecodeState(row_ids=[row_id], sequences=[row.cached + [root]],
                                       max_depth=torch.tensor([count - len(drafted) - 1]), sampling=self.greedy,
                                       generator=self.generator, target=row.runner)
-            draft = self.inner.propose(inner_state) if self.inner is not None else Draft.empty(1)
+            draft = inner.propose(inner_state)
             extra_limit = None if self.context is None else (self.context - 1) - row.runner.lengths
             draft = prune_draft(draft, inner_state.max_depth, extra_limit)
             logits = self._forward(row.runner, root, draft)
@@ -277,8 +278,7 @@ class PPDDraftModelDrafter(Drafter):
             row.cached.extend([root] + accepted)
             new = accepted + [int(verdict.bonus[0])]
             extra_logits = logits[:, 1 + width :] if draft.extra is not None else None
-            if self.inner is not None:
-                self.inner.observe(inner_state, draft, verdict, [new], extra_logits)
+            inner.observe(inner_state, draft, verdict, [new], extra_logits)
             drafted.extend(new)
             root = new[-1]
             self.draft_forwards += 1

@@ -1,0 +1,43 @@
+"""What ppd_draft_model's inner-loop sizing compares on this machine, for the default draft and its shipped
+prompts: per tree size and prompt count, the tree builder's expected tokens per forward (tau), the forward's
+inputs, its measured cost over a plain draft forward's, and tokens per plain forward's time; then the choice.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/scripts/ppd/inner_sizing.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from specdec.drafters.ppd.draft_model import INNER_SIZES, PPDDraftModelDrafter, PPDDraftModelOptions
+from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions, _cached_trees, checkpoint_accuracies
+
+import specdec
+from specdec.runner import row_forward_seconds
+from specdec.zoo import default_model_dir
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    pair = specdec.load_default()
+    path = f"{default_model_dir()}/ppd_draft_prompts.safetensors"
+    checkpoint, _ = PPDDrafter(PPDOptions(checkpoint=path))._checkpoint_for(pair.draft)
+    accuracies = checkpoint_accuracies(checkpoint, pair.draft.config.vocab_size)
+    seconds = row_forward_seconds(pair.draft)
+    plain = seconds(1)
+    print(f"plain draft forward {plain * 1e3:.3f} ms; {checkpoint.num_prompts} prompts x {checkpoint.num_ept} EPTs")
+    for count in range(1, checkpoint.num_prompts + 1):
+        for size in INNER_SIZES:
+            trees = _cached_trees(json.dumps(accuracies[:count]), count, size, "dynamic")
+            inputs = trees.trees[count].inputs_with(checkpoint.num_ept)
+            cost = seconds(inputs) / plain
+            print(f"m={count} size={size:3d} tau={trees.expected_tau:.3f} inputs={inputs:3d} cost={cost:.2f}x plain "
+                  f"tokens per plain forward's time={trees.expected_tau / cost:.3f}")
+    drafter = PPDDraftModelDrafter(PPDDraftModelOptions())
+    specdec.generate(pair.target, [1, 2, 3], drafter=drafter, max_new_tokens=2)
+    print("chosen:", drafter.stats()["inner_sizing"])
+
+
+if __name__ == "__main__":
+    main()
