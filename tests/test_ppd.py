@@ -571,6 +571,12 @@ def test_ppd_draft_model_drafts_with_plain_forwards_where_no_tree_pays(arch, mon
         # (the prompt's prefill is the one other forward)
         assert stats["draft_forwards"] == stats["drafted_tokens"] + 1
         assert out.stats.mean_accepted > 2  # the target as its own draft (int8 copies on a CPU for llama)
+    # rows joining mid-run (continuous batching) and rows of a ragged batch keep their own draft caches
+    prompts = [[5, 6, 7], list(range(3, 20)), [9, 8], list(range(30, 41)), [4]]
+    out = specdec.generate(target, prompts, drafter=drafter, verifier="exact", max_new_tokens=12, max_batch_size=2,
+                           controller=False)
+    assert out.sequences == [hf_greedy(target, prompt, 12) for prompt in prompts]
+    assert out.stats.drafter_stats["drafted_tokens"] > 0
     assert len(sized) == 1  # sized once per drafter, like its draft is loaded once
 
 
