@@ -56,10 +56,13 @@ def supports(model: Any) -> bool:
 
 
 #: Fused forwards kept per model, one per variant (skip sets, head, weight format), least recently used dropped
-#: first. Drafters sharing one draft model in a process (draft_model with its reduced head, ppd_draft_model with
-#: the whole one, auto's members) each use their own variant; with one kept, alternating calls rebuilt the int8
-#: copies every time (4-16 ms for the default 3M-parameter draft, a tenth of a short answer's call).
+#: first: at most VARIANTS_KEPT, and beside the newest only while all their weight copies stay within
+#: KEPT_SHARE of the model's own parameter bytes (a big model's fused copies are most of a model each: there one
+#: variant is kept, as before). Drafters sharing one small draft in a process (draft_model with its reduced head,
+#: ppd_draft_model with the whole one, auto's members) each keep theirs; with one kept, alternating calls rebuilt
+#: the int8 copies every time (4-16 ms for the default 3M-parameter draft, a tenth of a short answer's call).
 VARIANTS_KEPT = 4
+KEPT_SHARE = 0.5
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -76,11 +79,15 @@ def fast_forward_for(model: Any, skip_attention: Iterable[int] = (), skip_mlp: I
     version = tuple((param.data_ptr(), param._version) for param in model.parameters())
     built = _BUILT.setdefault(model, {})
     entry = built.pop(variant, None)
-    if entry is None or entry[0] != version:
+    fresh = entry is None or entry[0] != version
+    if fresh:
         entry = (version, FastDraftForward(model, *variant))
     built[variant] = entry  # most recently used last
-    while len(built) > VARIANTS_KEPT:
-        del built[next(iter(built))]
+    if fresh:  # only a new build adds bytes
+        budget = KEPT_SHARE * sum(param.numel() * param.element_size() for param in model.parameters())
+        while len(built) > 1 and (len(built) > VARIANTS_KEPT
+                                  or sum(kept[1].copy_bytes for kept in built.values()) > budget):
+            del built[next(iter(built))]
     return entry[1]
 
 
@@ -191,6 +198,12 @@ class FastDraftForward:
                 "act": mlp.act_fn, "inter": mlp.gate_proj.out_features,
             }
             self.layers.append((attention, feed_forward))
+        # Bytes of the weight copies this forward holds beside the model's own tensors (fused, reduced, int8).
+        own = {param.data_ptr() for param in model.parameters()}
+        linears = [self.lm_head] + [part[key] for pair in self.layers for part in pair if part is not None
+                                    for key in ("qkv", "o", "gate_up", "down") if key in part]
+        self.copy_bytes = sum(t.numel() * t.element_size() for lin in linears for t in (lin.weight, lin.scales)
+                              if t is not None and t.data_ptr() not in own)
 
     @staticmethod
     def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -187,14 +187,18 @@ def test_int8_default_needs_the_kernel(monkeypatch) -> None:
         FastDraftForward(model, weights="int8")
 
 
-def test_fused_forwards_of_several_variants_are_kept_per_model() -> None:
+def test_fused_forwards_of_several_variants_are_kept_per_model(monkeypatch) -> None:
     """Drafters sharing a draft model (draft_model's reduced head, ppd_draft_model's whole one) each keep their
-    fused forward: alternating calls must not rebuild the weight copies; an in-place weight change must."""
+    fused forward: alternating calls must not rebuild the weight copies; an in-place weight change must; and a
+    model whose copies are big relative to it keeps only the newest (a 70B model's fused copies are ~70% of it)."""
+    from specdec import lean_forward
+
+    monkeypatch.setattr(lean_forward, "KEPT_SHARE", 100.0)  # room for every variant: the count decides
     model = tiny_model("llama")
     whole = fast_forward_for(model, (), (), None, "model")
     reduced = fast_forward_for(model, (), (), list(range(16)), "model")
     skipping = fast_forward_for(model, [1], (), None, "model")
-    assert len({id(whole), id(reduced), id(skipping)}) == 3
+    assert len({id(whole), id(reduced), id(skipping)}) == 3 and whole.copy_bytes > 0
     assert fast_forward_for(model, (), (), None, "model") is whole
     assert fast_forward_for(model, (), (), list(range(16)), "model") is reduced
     with torch.no_grad():
@@ -205,3 +209,9 @@ def test_fused_forwards_of_several_variants_are_kept_per_model() -> None:
         fast_forward_for(model, (), [layer], None, "model") for layer in range(2)]
     assert len({id(v) for v in variants}) == 4
     assert fast_forward_for(model, (), (), None, "model") is not rebuilt  # the least recently used went first
+    # copies beyond the share: only the newest variant stays
+    monkeypatch.setattr(lean_forward, "KEPT_SHARE", 0.0)
+    other = tiny_model("llama", seed=1)
+    first = fast_forward_for(other, (), (), None, "model")
+    fast_forward_for(other, [1], (), None, "model")
+    assert fast_forward_for(other, (), (), None, "model") is not first
