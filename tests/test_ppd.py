@@ -467,6 +467,10 @@ def test_profile_is_used_only_on_its_own_device(tmp_path) -> None:
     out = specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=6)
     assert drafter.tree_size == 8 and drafter.num_prompts == 2
     assert out.sequences[0] == hf_greedy(model, [1, 2, 3], 6)
+    # profiles are read once per file version (setup runs every call): a rewritten one is read again
+    save_profile(profile, checkpoint.fingerprint, device_key("cpu"), dict(entry, best_size=16, best_num_prompts=3))
+    specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=3)
+    assert drafter.tree_size == 16 and drafter.num_prompts == 3
 
     foreign = tmp_path / "foreign.json"
     save_profile(foreign, checkpoint.fingerprint, "cuda:Some GPU", dict(entry, best_size=16))
