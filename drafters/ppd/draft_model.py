@@ -80,19 +80,38 @@ class InnerSizing:
     plain_tokens_per_second: float  # the same with plain forwards
 
 
-def size_inner_loop(accuracies: list[list[float]], num_ept: int, forward_seconds: Callable[[int], float],
-                    sizes: Sequence[int] = INNER_SIZES) -> InnerSizing:
-    """The shape with the most expected draft tokens per second: each (size, prompt count)'s expected tokens
-    per forward (the tree builder's tau under the prompts' accuracies, bonus included) over the cost of its
-    steady-state forward (every prompt's prediction available), against one token per plain forward."""
-    plain = 1.0 / forward_seconds(1)
-    best = InnerSizing(0, 0, plain, plain)
+@dataclass(frozen=True)
+class InnerShape:
+    """One inner tree the sizing weighs: its expected tokens per forward (the tree builder's tau under the
+    prompts' accuracies, bonus included) and its steady-state forward's inputs (every prediction available)."""
+
+    tree_size: int
+    num_prompts: int
+    tau: float
+    inputs: int
+
+
+def inner_shapes(accuracies: list[list[float]], num_ept: int, sizes: Sequence[int] = INNER_SIZES
+                 ) -> list[InnerShape]:
+    """Every (size, prompt count) the sizing compares, prompt counts outermost."""
+    shapes = []
     for count in range(1, len(accuracies) + 1):
         for size in sizes:
             trees = _cached_trees(json.dumps(accuracies[:count]), count, size, "dynamic")
-            rate = trees.expected_tau / forward_seconds(trees.trees[count].inputs_with(num_ept))
-            if rate > best.tokens_per_second:
-                best = InnerSizing(size, count, rate, plain)
+            shapes.append(InnerShape(size, count, trees.expected_tau, trees.trees[count].inputs_with(num_ept)))
+    return shapes
+
+
+def size_inner_loop(accuracies: list[list[float]], num_ept: int, forward_seconds: Callable[[int], float],
+                    sizes: Sequence[int] = INNER_SIZES) -> InnerSizing:
+    """The shape with the most expected draft tokens per second: each shape's tau over the cost of its forward,
+    against one token per plain forward."""
+    plain = 1.0 / forward_seconds(1)
+    best = InnerSizing(0, 0, plain, plain)
+    for shape in inner_shapes(accuracies, num_ept, sizes):
+        rate = shape.tau / forward_seconds(shape.inputs)
+        if rate > best.tokens_per_second:
+            best = InnerSizing(shape.tree_size, shape.num_prompts, rate, plain)
     return best
 
 

@@ -7,11 +7,9 @@ inputs, its measured cost over a plain draft forward's, and tokens per plain for
 
 from __future__ import annotations
 
-import json
-
 import torch
-from specdec.drafters.ppd.draft_model import INNER_SIZES, PPDDraftModelDrafter, PPDDraftModelOptions
-from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions, _cached_trees, checkpoint_accuracies
+from specdec.drafters.ppd.draft_model import PPDDraftModelDrafter, PPDDraftModelOptions, inner_shapes
+from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions, checkpoint_accuracies
 
 import specdec
 from specdec.runner import row_forward_seconds
@@ -27,13 +25,10 @@ def main() -> None:
     seconds = row_forward_seconds(pair.draft)
     plain = seconds(1)
     print(f"plain draft forward {plain * 1e3:.3f} ms; {checkpoint.num_prompts} prompts x {checkpoint.num_ept} EPTs")
-    for count in range(1, checkpoint.num_prompts + 1):
-        for size in INNER_SIZES:
-            trees = _cached_trees(json.dumps(accuracies[:count]), count, size, "dynamic")
-            inputs = trees.trees[count].inputs_with(checkpoint.num_ept)
-            cost = seconds(inputs) / plain
-            print(f"m={count} size={size:3d} tau={trees.expected_tau:.3f} inputs={inputs:3d} cost={cost:.2f}x plain "
-                  f"tokens per plain forward's time={trees.expected_tau / cost:.3f}")
+    for shape in inner_shapes(accuracies, checkpoint.num_ept):
+        cost = seconds(shape.inputs) / plain
+        print(f"m={shape.num_prompts} size={shape.tree_size:3d} tau={shape.tau:.3f} inputs={shape.inputs:3d} "
+              f"cost={cost:.2f}x plain tokens per plain forward's time={shape.tau / cost:.3f}")
     drafter = PPDDraftModelDrafter(PPDDraftModelOptions())
     specdec.generate(pair.target, [1, 2, 3], drafter=drafter, max_new_tokens=2)
     print("chosen:", drafter.stats()["inner_sizing"])
