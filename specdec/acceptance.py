@@ -8,10 +8,14 @@ a row starts copying a passage, the first positions' verdicts raise every deeper
 even for depths the controller has not verified lately (marginal estimates would stay where they were
 left, and a cut never verifying them would never learn otherwise).
 
-Drafters that score their nodes (`Draft.scores`: anpd's match quality, PPD's path probabilities) tell
-the cut which of this step's proposals are better or worse than usual: a node's conditional score
-(its score over its parent's) relative to the mean conditional score seen at that position scales c[i]
-by the square root of that ratio (between 1/2 and 2 times). The level comes from the verdicts, never from the scores' own scale.
+Drafters that score their nodes (`Draft.scores`: anpd's match quality, PPD's path probabilities, a
+self-draft's confidence) tell the cut which of this step's proposals are better or worse than usual: a
+node's conditional score (its score over its parent's) is read against the mean conditional score seen at
+that position, and c[i] is scaled by a factor learnt per bin of that ratio: the verified nodes scored in
+the bin, their acceptances over their estimates. It starts at the square root of the ratio (between 1/2
+and 2 times), and learns how much the scores really tell: a layer-skip draft copying a RAG passage is
+unsure of tokens it gets right (confidence 0.1-0.2, accepted), where the square-root rule halved their
+chances. The level comes from the verdicts, never from the scores' own scale.
 
 Counts decay each time a position is observed (recent text matters more). A prior enters as a few
 pseudo-counts that decay with the rest, so it only speaks until a position has been seen a few times;
@@ -20,6 +24,7 @@ for a drafter that scores, the prior is the mean conditional score at that posit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +47,44 @@ FADE_FLOOR = 1.0
 STALE_WEIGHT = 0.25
 
 
+#: Bins of a node's conditional score over its position's mean score, by log2 of that ratio: the edges, and
+#: the centre of each bin (the default calibration is the square-root rule there).
+SCORE_BIN_EDGES = (-1.5, -0.75, -0.25, 0.25, 0.75, 1.5)
+SCORE_BIN_CENTRES = (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
+#: Weight (in expected acceptances) of a bin's prior factor against what its verdicts say.
+CALIBRATION_WEIGHT = 2.0
+
+
+def _square_root_rule(log_ratio: float) -> float:
+    """A score 2**log_ratio times the usual one makes acceptance that much likelier, square-rooted, between 1/2
+    and 2 times (damped: twice the usual score is likelier, not twice as likely)."""
+    return min(2.0, max(0.5, 2.0 ** (log_ratio / 2)))
+
+
+def score_bin(score: float, mean: float) -> int | None:
+    """The calibration bin of a conditional score read against its position's mean (None: no mean yet)."""
+    if mean <= 0:
+        return None
+    ratio = math.log2(max(score, 1e-9) / mean)
+    return sum(ratio > edge for edge in SCORE_BIN_EDGES)
+
+
+def default_factors() -> list[float]:
+    """The calibration before any verdict: the square-root rule at each bin's centre."""
+    return [_square_root_rule(centre) for centre in SCORE_BIN_CENTRES]
+
+
+def scaled_conditional(conditional: float, score: float, mean: float, factors: Sequence[float] | None) -> float:
+    """A node's conditional estimate read against its conditional score (at most 1; unscaled without a mean):
+    times the calibration factor of the score's bin (`RowAcceptance.factors`), or with `factors` None by the
+    square-root rule of the score's ratio to the mean."""
+    if mean <= 0:
+        return conditional
+    if factors is None:
+        return min(1.0, conditional * _square_root_rule(math.log2(max(score, 1e-9) / mean)))
+    return min(1.0, conditional * factors[score_bin(score, mean)])  # type: ignore[index]
+
+
 def _prior(values: list[float], position: int) -> float:
     if position < len(values):
         return values[position]
@@ -61,6 +104,11 @@ class RowAcceptance:
     hits: list[float] = field(default_factory=list)
     trials: list[float] = field(default_factory=list)
     score_mean: list[float] = field(default_factory=list)  # mean conditional score by position
+    # Calibration of scores (`factors`): per score bin, the prior factor, and the decayed accepted count and
+    # expected count (the unscaled conditional estimates) of the verified nodes whose score fell there.
+    score_prior: list[float] = field(default_factory=default_factors)
+    score_hits: list[float] = field(default_factory=lambda: [0.0] * (len(SCORE_BIN_EDGES) + 1))
+    score_expected: list[float] = field(default_factory=lambda: [0.0] * (len(SCORE_BIN_EDGES) + 1))
 
     def _start(self, position: int) -> float:
         """Before any verdict at a position: the prior, else (for drafters that score) the mean score
@@ -111,24 +159,51 @@ class RowAcceptance:
         """P(accepted) of nodes in position order; `parents[i]` is the position of node i's parent (-1:
         the root, always earlier); `scores` their conditional scores, when the drafter gives some;
         `explore`: see `conditional` (chain extensions only, never a sibling)."""
+        return self.node_estimates(parents, scores, explore)[0]
+
+    def node_estimates(self, parents: Sequence[int], scores: Sequence[float] | None = None,
+                       explore: bool = False) -> tuple[list[float], list[tuple[int | None, float]]]:
+        """`node_probs`, and per node what its verdict teaches the score calibration (`observe`): its score's
+        bin (None: unscored) and its conditional estimate before the score was read. Scores are read through
+        the learnt calibration (`factors`) for drafters planned before drafting (`explore`: layer_skip's
+        confidences), where it stops their chains (specdec.chain_exit) and cuts them; a free drafter's (anpd's
+        match quality) keep the square-root rule: learnt, they lost anpd 1.4% of its speed (8% on mt_bench prompts)
+        in an interleaved A/B, where layer_skip gained 6%."""
         out: list[float] = []
         conditionals: list[float] = []
+        readings: list[tuple[int | None, float]] = []
+        factors = self.factors() if scores is not None and explore else None
         for i, parent in enumerate(parents):
             chained = explore and parent == i - 1
             c = self.conditional(i, chained, conditionals[parent] if chained and parent >= 0 else None)
             conditionals.append(c)
-            if scores is not None and i < len(self.score_mean) and self.score_mean[i] > 0:
-                # Damped: a score twice the usual one makes acceptance likelier, not twice as likely.
-                c = min(1.0, c * min(2.0, max(0.5, (scores[i] / self.score_mean[i]) ** 0.5)))
+            scored = scores is not None and i < len(self.score_mean)
+            readings.append((score_bin(scores[i], self.score_mean[i]) if scored else None, c))  # type: ignore[index]
+            if scored:
+                c = scaled_conditional(c, scores[i], self.score_mean[i], factors)  # type: ignore[index]
             out.append(c * (out[parent] if parent >= 0 else 1.0))
-        return out
+        return out, readings
 
-    def observe(self, parents: Sequence[int], accepted: Sequence[bool], age: bool = False) -> None:
+    def factors(self) -> list[float]:
+        """Per score bin, how much likelier than its position's estimate a node scored there is accepted: the
+        verified nodes' acceptances over their estimates, starting from the prior factor (`score_prior`)."""
+        return [min(4.0, (hits + CALIBRATION_WEIGHT * prior) / (expected + CALIBRATION_WEIGHT))
+                for prior, hits, expected in zip(self.score_prior, self.score_hits, self.score_expected)]
+
+    def observe(self, parents: Sequence[int], accepted: Sequence[bool], age: bool = False,
+                readings: Sequence[tuple[int | None, float]] | None = None) -> None:
         """Verdict of one step over the verified nodes in position order: a node is a trial of its
         position's conditional when its parent was accepted (or is the root). `age`: the counts of positions
         the step did not verify age (drafters whose estimates are read with `explore`, see `conditional`);
         not for a free drafter's, whose deep positions would then swing with each verdict (anpd, cut by
-        them, fell from 105% to 91% of its constant rule on mt_bench and summarization prompts)."""
+        them, fell from 105% to 91% of its constant rule on mt_bench and summarization prompts).
+        `readings`: the verified nodes' (score bin, estimate) from `node_estimates`, which the trials teach
+        the score calibration (of explored drafters only, see `node_estimates`)."""
+        for i, (parent, hit) in enumerate(zip(parents, accepted)):
+            index = readings[i][0] if age and readings is not None and i < len(readings) else None
+            if index is not None and (parent < 0 or accepted[parent]):
+                self.score_hits[index] = self.decay * self.score_hits[index] + float(hit)
+                self.score_expected[index] = self.decay * self.score_expected[index] + readings[i][1]  # type: ignore[index]
         while len(self.trials) < len(accepted):  # the prior enters as pseudo-counts that decay too
             self.hits.append(self.weight * self._start(len(self.trials)))
             self.trials.append(self.weight)
@@ -166,4 +241,4 @@ class RowAcceptance:
         """A fresh estimate whose prior is this one (pooled rows -> a new row's starting point)."""
         count = max(len(self.trials), len(self.prior), 1)
         return RowAcceptance(prior=[self.conditional(i) for i in range(count)], weight=weight, decay=decay,
-                             score_mean=list(self.score_mean))
+                             score_mean=list(self.score_mean), score_prior=self.factors())

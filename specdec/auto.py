@@ -203,7 +203,7 @@ def _member_state(state: DecodeState, name: str, choice: list[str | None], budge
                        sampling=state.sampling, generator=state.generator, target=state.target,
                        step=state.step, scratch=state.scratch, draft_budget=torch.tensor(own, dtype=torch.long),
                        draft_choice=[c if c == name else None for c in choice], max_depth_host=state.max_depth_host,
-                       draft_budget_host=own), rows
+                       draft_budget_host=own, draft_exit=state.draft_exit), rows
 
 
 def _only_rows(draft: Draft, rows: list[bool]) -> Draft:

@@ -51,6 +51,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from .acceptance import DECAY, PRIOR_WEIGHT, RowAcceptance
+from .chain_exit import ChainExit, ExitRow
 from .costs import CostModel, CostTable
 from .draft import Draft, Verdict
 from .validation import keep_nodes, narrow_draft
@@ -155,6 +156,7 @@ class Plan:
     prepares: dict[str, float] = field(default_factory=dict)
     base: float | None = None  # what a plain step is worth in the weights' unit (None: one token a row)
     quiet: bool = False  # every row plain without being priced again (`_all_quiet`)
+    exit: ChainExit | None = None  # where a scoring chain drafter stops a row before its budget
     _budget: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     def budget_tensor(self) -> torch.Tensor:
@@ -182,6 +184,8 @@ class Cut:
     engaged: list[bool] = field(default_factory=list)  # the row kept its root's extra slots
     expected: list[float] = field(default_factory=list)  # expected committed tokens of each row
     inputs: int = 0
+    # the kept nodes' score bins and estimates, for the score calibration (`RowAcceptance.node_estimates`)
+    readings: list[list[tuple[int | None, float]] | None] = field(default_factory=list)
 
 
 @dataclass
@@ -698,8 +702,34 @@ class GoodputController:
                     if not self._prepares_first(row, drafter):
                         lags[drafter] = lags.get(drafter, 0.0) + row.lag.get(drafter, 0.0)
                     row.prepared.add(drafter)
-        return Plan(choice, budgets, [f > 0 for f in forced], forced, free, look, look_budget, rate,
+        plan = Plan(choice, budgets, [f > 0 for f in forced], forced, free, look, look_budget, rate,
                     cheap_names, weights, [c for c in row_contexts if c is not None], lags, prepares, base)
+        rows_planned = [(self.rows[row_id], items) if name is not None and not is_free and budget > 0 else None
+                        for row_id, name, is_free, budget, items in zip(row_ids, choice, free, budgets, items_per_row)]
+        if any(rows_planned):
+            plan.exit = ChainExit(len(row_ids), lambda b: self._exit_row(rows_planned[b], plan.budget[b],
+                                                                         plan.forced[b]))
+        return plan
+
+    def _exit_row(self, planned: tuple[_Row, _Items | None] | None, budget: int, forced: int) -> ExitRow | None:
+        """The prices `ChainExit` reads for a row drafting a chain of at most `budget` nodes (None: no chain
+        planned): its position estimates as planned (explored), its drafter's scores by position, and the
+        row's draft and verify costs priced alone, as a frozen row's are."""
+        if planned is None or planned[1] is None or planned[1].member is None or budget <= 0:
+            return None
+        row, items = planned
+        count = min(budget, len(items.probs))
+        probs = items.probs[:count]
+        conditionals = [p / before if before > 0 else 0.0 for p, before in zip(probs, [1.0, *probs[:-1]])]
+        inputs = [1 + items.base]
+        for size in items.sizes[:count]:
+            inputs.append(inputs[-1] + size)
+        verify = self.table.verify_from(1, 1, inputs[-1], self.packed, items.context)
+        estimate = row.estimates[items.member]
+        return ExitRow(conditionals, list(estimate.score_mean[:count]), estimate.factors(),
+                       self.table.draft_chain(items.member, count + 1, items.lag, items.context),
+                       [verify[0]] + [verify[n - 1] for n in inputs[1:]],
+                       (self._overhead(False), self._overhead()), forced)
 
     def _unknown(self, row: _Row, options: dict[str, tuple[_Items, int, float, int]], pick: str | None
                  ) -> str | None:
@@ -823,6 +853,7 @@ class GoodputController:
             scores_all = host.scores if host is not None and host.scores is not None else draft.scores.tolist()
         anchors = _extra_anchors(draft)
         orders: list[list[int]] = []
+        readings: list[list[tuple[int | None, float]] | None] = [None] * batch  # (`RowAcceptance.observe`)
         items_rows: list[_Items] = []
         ups: list[list[int] | None] = []
         root_extras: list[int] = []
@@ -847,10 +878,11 @@ class GoodputController:
                 ups.append(None)
                 items_rows.append(_Items([], [], root if name is not None else 0, member=name))
                 continue
-            order, up, probs = self._rank(b, name, n, parents[b], scores_all[b] if scores_all else None,
-                                          (scoring or {}).get(name, True), observe=True,
-                                          explore=name not in plan.cheap)
+            order, up, probs, reading = self._rank(b, name, n, parents[b], scores_all[b] if scores_all else None,
+                                                   (scoring or {}).get(name, True), observe=True,
+                                                   explore=name not in plan.cheap)
             ups.append(up)
+            readings[b] = reading
             orders.append(order)
             member = self.members[name]
             if member.stochastic:
@@ -883,6 +915,8 @@ class GoodputController:
             kept_counts.append(k)
             if ups[b] is not None:
                 ups[b] = ups[b][:k]  # parent positions (a prefix of the order is a subtree)
+            if readings[b] is not None:
+                readings[b] = readings[b][:k]
         prefix = draft.extra is None and all(order == list(range(len(order))) for order in orders)
         if prefix and kept_counts == counts:
             cut_draft = draft  # nothing cut
@@ -897,12 +931,14 @@ class GoodputController:
             if orders[b]:
                 rank = {node: i for i, node in enumerate(sorted(orders[b]))}
                 orders[b] = [rank[node] for node in orders[b]]
-        return cut_draft, Cut(orders, ups, counts, root_extras, node_extras, engaged, expected)
+        return cut_draft, Cut(orders, ups, counts, root_extras, node_extras, engaged, expected, readings=readings)
 
     def _rank(self, b: int, name: str, n: int, parents: list[int], scores: list[float] | None, scored: bool,
-              observe: bool = False, explore: bool = False) -> tuple[list[int], list[int], list[float]]:
+              observe: bool = False, explore: bool = False
+              ) -> tuple[list[int], list[int], list[float], list[tuple[int | None, float]]]:
         """Row b's n proposed nodes in the order they may be kept (best score first, else node order),
-        each one's parent position, and their acceptance estimates (`explore`: RowAcceptance.conditional)."""
+        each one's parent position, their acceptance estimates (`explore`: RowAcceptance.conditional) and
+        what their verdicts teach the score calibration (`RowAcceptance.node_estimates`)."""
         estimate = self._row_by_index(b).estimates[name]
         if scores is not None and scored and not self.members[name].stochastic:
             effective = _monotone(scores[:n], parents[:n])
@@ -912,14 +948,21 @@ class GoodputController:
             conditional = [effective[node] / effective[parents[node]]
                            if parents[node] >= 0 and effective[parents[node]] > 0 else effective[node]
                            for node in order]
-            probs = estimate.node_probs(up, conditional, explore)
+            probs, readings = estimate.node_estimates(up, conditional, explore)
             if observe:
                 estimate.observe_scores(conditional)
                 if self.live:
                     self.pooled[name].observe_scores(conditional)
-            return order, up, probs
+            return order, up, probs, readings
         up = [parent if parent >= 0 else -1 for parent in parents[:n]]
-        return list(range(n)), up, estimate.node_probs(up, explore=explore)
+        if scores is not None and scored and observe:  # a sampled draft's scores: only its exit reads them
+            conditional = [score / scores[parent] if parent >= 0 and scores[parent] > 0 else score
+                           for score, parent in zip(scores[:n], parents[:n])]
+            estimate.observe_scores(conditional)
+            if self.live:
+                self.pooled[name].observe_scores(conditional)
+        probs, readings = estimate.node_estimates(up, explore=explore)
+        return list(range(n)), up, probs, readings
 
     def propose(self, drafter: Any, state: Any, plan: Plan) -> Draft:
         """The step's draft. With drafter="auto", free drafters (n-gram lookups) propose first for rows
@@ -950,7 +993,7 @@ class GoodputController:
             scores = None
             if draft.scores is not None:
                 scores = host.scores[b] if host is not None and host.scores is not None else draft.scores[b].tolist()
-            _, _, probs = self._rank(b, look, n, parents, scores, scores is not None)
+            _, _, probs, _ = self._rank(b, look, n, parents, scores, scores is not None)
             sizes = [1] * n
             rates = self._prefix_rates(_Items(probs, sizes, 0, member=None,
                                               context=plan.contexts[b] if plan.contexts else None))
@@ -1071,9 +1114,10 @@ class GoodputController:
             explored = name not in plan.cheap  # its estimates are read with explore (`_position_items`)
             if explored:  # the steps since its last verdict here (`since` counts this one too)
                 row.estimates[name].fade(row.since[name] - 1)
-            row.estimates[name].observe(up, accepted, age=explored)
+            reading = cut.readings[b] if cut.readings else None
+            row.estimates[name].observe(up, accepted, age=explored, readings=reading)
             if self.live:
-                self.pooled[name].observe(up, accepted, age=explored)
+                self.pooled[name].observe(up, accepted, age=explored, readings=reading)
             row.since[name] = 0
             if not plan.probe[b]:  # in use on its own merits: waits between probes start short again
                 row.interval[name] = self.options.probe_after

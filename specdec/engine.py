@@ -322,6 +322,7 @@ class SpeculativeEngine:
                                    target.lengths.tolist())
             state.set_draft_budget(plan.budget)
             state.draft_choice = list(plan.choice)
+            state.draft_exit = plan.exit
         draft_problem: torch.Tensor | None = None
         if plan is not None and plan.plain:
             # The controller decodes every row plainly: the drafter is not asked (on a 2 ms step its

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from .chain_exit import ChainExit
 from .draft import Draft, Verdict
 from .rng import RowGenerators
 from .sampling import SamplingParams
@@ -81,6 +82,10 @@ class DecodeState:
     draft_budget: torch.Tensor | None = None  # [B] long
     # drafter="auto": which member drafter drafts row b (None = no draft); read by the auto drafter.
     draft_choice: list[str | None] | None = None
+    # Set by the goodput controller: after each depth of a chain, `draft_exit.keep_drafting(depth, scores)`
+    # says which rows should draft deeper, from the scores of the nodes just drafted (see specdec.chain_exit).
+    # A drafter that scores its chain's nodes stops a row there; one that does not may ignore it.
+    draft_exit: ChainExit | None = None
     # Host copies of `max_depth` and `draft_budget` (the engine sets both; read them through `max_depths()`
     # and `draft_budgets()`, which never touch the device), and of each row's accepted count once the
     # step is verified (`accepted_counts`, for `Drafter.observe`).

@@ -84,6 +84,51 @@ class SampledChainDrafter(Drafter):
         return Draft.chain(torch.stack(tokens, dim=1), q=torch.stack(qs, dim=1))
 
 
+class ExitingChainDrafter(Drafter):
+    """Stochastic chain whose rows stop where the controller's exit says (`state.draft_exit`), after it sees each
+    sampled token's probability (its score): the chain's length is a stopping time of the draft, as layer_skip's
+    under the controller. Draws only for rows still drafting."""
+
+    name = "test-exiting-chain"
+    description = "test: sampled chain stopped by the controller's exit"
+    provides_q = True
+
+    def __init__(self, lm: ContextLM, k: int = 3) -> None:
+        super().__init__()
+        self.lm, self.k = lm, k
+        self.stopped = 0  # rows the exit stopped before their budget
+
+    def propose(self, state: DecodeState) -> Draft:
+        batch = state.batch_size
+        budgets = state.draft_budgets() or [self.k] * batch
+        limits = [min(self.k, int(b), int(d)) for b, d in zip(budgets, state.max_depths())]
+        steps = max(limits, default=0)
+        if steps == 0:
+            return Draft.empty(batch)
+        contexts = [list(s) for s in state.sequences]
+        going = [n > 0 for n in limits]
+        lengths = [0] * batch
+        tokens, qs, scores = [], [], []
+        for depth in range(steps):
+            q = self.lm.probs(contexts, state.sampling)
+            token = sample(q, state.generator, torch.tensor(going))
+            confidence = q.gather(1, token[:, None]).squeeze(1)
+            tokens.append(token)
+            qs.append(q)
+            scores.append(confidence * (scores[-1] if scores else 1.0))
+            lengths = [n + int(g) for n, g in zip(lengths, going)]
+            going = [g and depth + 1 < limit for g, limit in zip(going, limits)]
+            if state.draft_exit is not None and any(going):
+                go_on = state.draft_exit.keep_drafting(depth + 1, confidence.tolist(), going)
+                self.stopped += sum(g and not keep for g, keep in zip(going, go_on))
+                going = [g and keep for g, keep in zip(going, go_on)]
+            contexts = [c + [t] for c, t in zip(contexts, token.tolist())]
+            if not any(going):
+                break
+        path = torch.stack(scores, dim=1)
+        return Draft.chain(torch.stack(tokens, dim=1), lengths, torch.stack(qs, dim=1), path, path.tolist())
+
+
 def _two_level_tree(first: torch.Tensor, second: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Nodes [c_1..c_k, then the k children of c_1, of c_2, ...]: tokens and parents [B, k + k*k]."""
     batch, k = first.shape

@@ -14,6 +14,7 @@ import pytest
 import torch
 from sampling_drafters import (
     ContextLM,
+    ExitingChainDrafter,
     SampledChainDrafter,
     SampledTreeDrafter,
     TopKTreeDrafter,
@@ -252,5 +253,32 @@ def test_rejection_with_the_controller_cutting_drafts(target, draft_lm, joints, 
           f"accepted/row={out.stats.accepted_tokens / ROWS:.2f}")
     assert out.stats.controller["mode"] == "frozen"
     assert cut > 0.2 * len(verified) and len(widths) >= 2  # the controller really cuts, to varied widths
+    assert out.stats.accepted_tokens > 0.2 * ROWS
+    assert chi_square_p_value(counts, joints["t1.0"]) > P_VALUE_THRESHOLD
+
+
+def test_rejection_with_the_controllers_exit_stopping_sampled_chains(target, draft_lm, joints):
+    """The controller's exit (specdec.chain_exit) stops a sampled chain after seeing each drafted token's
+    probability: whether a row drafts deeper depends on the tokens it drafted, never on the next one, so the
+    joint is still the target's."""
+    from specdec.acceptance import RowAcceptance
+    from specdec.costs import CostModel, VerifyCurve
+
+    # Flatter than `_cutting_costs`: a first step's budget of 2, whose second node pays after a usual first
+    # token and not after an unlikely one. The drafter ran before in this process: its scores' usual level
+    # is known from the first step on (what the exit reads a score against).
+    costs = CostModel("synthetic")
+    for packed in (True, False):
+        costs.live.curves[(packed, 1)] = VerifyCurve(1, (0, 1, 2, 3, 4, 8), (1.0, 1.1, 1.3, 1.5, 1.7, 3.0))
+    costs.live.acceptance[ExitingChainDrafter.name] = RowAcceptance(prior=[0.6] * 3, score_mean=[0.3] * 3)
+    drafter = ExitingChainDrafter(draft_lm)
+    out = specdec.generate(target, [PROMPT] * ROWS, drafter=drafter, verifier="rejection", max_new_tokens=STEPS,
+                           temperature=1.0, seed=0, max_draft_nodes=8, cost_model=costs,
+                           controller={"trace": True})
+    tokens = torch.tensor(out.sequences)
+    counts = torch.bincount((tokens[:, 0] * VOCAB + tokens[:, 1]) * VOCAB + tokens[:, 2], minlength=VOCAB**STEPS)
+    proposed = [n for step in out.stats.controller["trace"] for n in step["proposed"]]
+    print(f"\n[exit] {drafter.stopped} chains stopped early; proposed lengths {sorted(set(proposed))}")
+    assert drafter.stopped > 0.1 * ROWS and len(set(proposed) - {0}) >= 2  # the exit really stops chains
     assert out.stats.accepted_tokens > 0.2 * ROWS
     assert chi_square_p_value(counts, joints["t1.0"]) > P_VALUE_THRESHOLD

@@ -63,15 +63,27 @@ def test_auto_keeps_its_members_drafts_on_the_host_view(target, batch):
 @pytest.mark.parametrize("schedule", ["goodput", "own"])
 @pytest.mark.parametrize("batch", [1, 8])
 def test_layer_skip_chains_read_the_device_at_most_twice(target, schedule, batch):
-    """layer_skip without its adaptive exit (the default under the controller): the host knows each row's
-    length limit, eos is applied on the device, and the draft's sizes (with its scores) come back in one read.
-    With the exit (`adaptive=True`, its own rule's default) it reads which rows go on after every depth
-    (exempt: it decides per drafted token)."""
+    """layer_skip without an exit (neither its own rule's adaptive one, nor the controller's, `goodput_exit`):
+    the host knows each row's length limit, eos is applied on the device, and the draft's sizes (with its
+    scores) come back in one read. With an exit it reads which rows go on after every depth (exempt: it
+    decides per drafted token; below)."""
     from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
 
-    drafter = LayerSkipDrafter(LayerSkipOptions(skip={"mlp": [0]}, max_draft=4, schedule=schedule, adaptive=False))
+    drafter = LayerSkipDrafter(LayerSkipOptions(skip={"mlp": [0]}, max_draft=4, schedule=schedule, adaptive=False,
+                                                goodput_exit=False))
     per_step, _, out = reads_per_step(target, PROMPTS[:batch], drafter, None, schedule == "goodput", 24,
                                       eos_token_id=95)
     assert per_step and max(per_step) <= BUDGET, f"reads per step: {per_step}"
     if schedule == "own":
         assert out.stats.drafted_tokens > 0 and drafter.draft_forwards >= 3 * len(per_step) // 2
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_layer_skips_goodput_exit_reads_once_a_depth_more(target, batch):
+    """The controller's exit (the default under it) reads the depth's confidences once per drafted depth
+    but the last: at most max_draft - 1 reads more than the budget."""
+    from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
+
+    drafter = LayerSkipDrafter(LayerSkipOptions(skip={"mlp": [0]}, max_draft=4, adaptive=False))
+    per_step, _, _ = reads_per_step(target, PROMPTS[:batch], drafter, None, True, 24, eos_token_id=95)
+    assert per_step and max(per_step) <= BUDGET + 3, f"reads per step: {per_step}"

@@ -55,6 +55,10 @@ class LayerSkipOptions(AdaptiveOptions):
         None, description="{'attention': [...], 'mlp': [...]} (0-based layers), or a skip-set file from "
                           "`specdec search-layers`; default: the file shipped with the model (fingerprint-checked)")
     max_draft: int = Field(12, ge=1, le=128, description="maximum draft tokens per step (paper: 12)")
+    goodput_exit: bool = Field(
+        True, description="under the controller: stop a row's chain where its exit (specdec/chain_exit.py) prices "
+                          "the next tokens below their draft forwards, from the confidences read after every depth "
+                          "(a device read per depth); off = draft to the budget, read the draft once")
     draft_vocab: int | list[int] | None = Field(
         None, description="tokens the draft scores: N = the N most frequent tokens of the skip-set file's "
                           "token ranking, a list = these token ids, 0 = the full vocabulary; default: what the "
@@ -178,10 +182,11 @@ class LayerSkipDrafter(Drafter):
     # -- drafting ----------------------------------------------------------------------------
     @torch.no_grad()
     def propose(self, state: DecodeState) -> Draft:
-        """Draft a chain per row, one scratch forward per depth for all rows, on the target's device. Without
-        the adaptive exit (the default under the controller) the host knows each row's length limit, eos is
-        applied on the device, and the draft's sizes are read once at the end; with it, which rows go on is
-        read after every depth (the exit is decided per drafted token), so no forward runs for nothing."""
+        """Draft a chain per row, one scratch forward per depth for all rows, on the target's device. With an
+        exit (the paper's adaptive one under `schedule="own"`, the controller's `state.draft_exit` under it),
+        which rows go on is read after every depth (the exit is decided per drafted token), so no forward runs
+        for nothing; without one the host knows each row's length limit, eos is applied on the device, and the
+        draft's sizes are read once at the end."""
         if self.plan is None:
             raise DrafterError("layer_skip.propose called before setup")
         batch = state.batch_size
@@ -201,6 +206,8 @@ class LayerSkipDrafter(Drafter):
         scores = torch.zeros(batch, steps, device=device) if self.goodput else None
         gammas = (torch.tensor([self._exit_state(row).threshold for row in state.row_ids], device=device)
                   if adaptive else None)
+        # Under the controller its exit stops a row whose next tokens no longer pay for their draft forwards.
+        draft_exit = state.draft_exit if scores is not None and self.options.goodput_exit else None
         tokens = torch.zeros(batch, steps, dtype=torch.long, device=device)
         q_rows: list[torch.Tensor] = []
         lengths = torch.zeros(batch, dtype=torch.long, device=device)
@@ -230,7 +237,13 @@ class LayerSkipDrafter(Drafter):
                     scores[:, depth] = confidence * (scores[:, depth - 1] if depth else 1.0)
             if depth + 1 == steps:
                 break
-            if gammas is not None:
+            if draft_exit is not None:  # one read: the confidences it prices, and which rows still grow
+                read = torch.stack([confidence, growing.to(confidence.dtype)]).tolist()
+                growing_host = np.asarray(read[1], dtype=bool)
+                if growing_host.any():
+                    growing_host &= np.asarray(draft_exit.keep_drafting(depth + 1, read[0], growing_host), dtype=bool)
+                    growing = torch.as_tensor(growing_host, device=device)
+            elif gammas is not None:
                 growing_host = np.asarray(growing.tolist(), dtype=bool)
             else:
                 growing_host = growing_host & (depth + 1 < limits_host)
