@@ -12,9 +12,11 @@ one and 8 ~1.6x; through the runtime's oneDNN layers 1-6 inputs cost about the s
 handled exactly. Weights are 1 while prompts wait (continuous batching); in a static batch
 tokens of the row expected to finish last count most (`row_weights`).
 
-Twice per step:
+Three times per step:
 * `plan`, before drafting, from the estimates by position: each row's drafter and draft budget
   (`DecodeState.draft_budget`), so drafters whose drafting costs (draft_model, layer_skip) stop early.
+  With it an exit (`Plan.exit`, `DecodeState.draft_exit`, specdec/chain_exit.py), which a chain drafter
+  that scores its nodes (layer_skip) asks after each depth whether a row should draft deeper.
   A drafter whose draft costs almost nothing (anpd's lookup) proposes all it can: deciding after
   seeing it is free. A row whose best option is no draft decodes plainly; its drafter is probed again
   later, the wait doubling while probes fail and never shorter than what keeps probes' expected loss
@@ -81,6 +83,9 @@ QUIET_SAMPLE = 4
 FRUITLESS_LOOKS = 4
 FIRST_REST = 4
 MAX_REST = 16
+#: Probes of a costly drafter that failed in a row (the row stayed plain) before its probes come twice as
+#: rarely (`_probe_discount`, up to `ControllerOptions.max_probe_discount` times).
+PROBE_STREAK = 2
 #: Least budget of a free drafter's look (`_free_budget`).
 FREE_NODES = 16
 #: Most of a request's remaining time a plain row's first probe of a drafter may be expected to lose (`plan`).
@@ -104,6 +109,9 @@ class ControllerOptions(BaseModel):
                                "that do not pay (shared among them): a probe's expected loss sets its least wait")
     max_probe_interval: int = Field(64, ge=1, le=4096, description="longest wait between probes (the wait "
                                     "doubles after each probe that did not pay)")
+    max_probe_discount: float = Field(8.0, ge=1.0, le=1024.0, description="most times rarer than probe_share "
+                                      "allows the probes of a drafter whose probes keep failing come (twice as "
+                                      "rare per 2 failed in a row, across calls; 1 = off)")
     switch_margin: float = Field(0.03, ge=0.0, le=1.0, description="auto: another drafter must promise this "
                                  "much more (relative) than a row's current one to take it over")
     max_budget: int = Field(64, ge=1, le=1024, description="most nodes per row the controller verifies")
@@ -209,6 +217,7 @@ class _Row:
     lag: dict[str, float] = field(default_factory=dict)
     prepared: set[str] = field(default_factory=set)  # drafters asked to draft here already (prepare done)
     right: set[str] = field(default_factory=set)  # drafters with a draft token accepted in this row
+    probed: str | None = None  # a costly drafter probed at the last plan, whose outcome the next plan judges
     pace: float = 1.0  # recent tokens committed per step (static batches weigh rows by steps left)
     quiet: int = 0  # steps left in which the row decodes plainly without being priced again
     quiet_reason: str = "expected rate below plain decoding"
@@ -255,6 +264,7 @@ class GoodputController:
         self._quiet_steps = 0
         self._cheap: frozenset[str] | None = None  # the free drafters, until the cost model learns again
         self._free_limit = float("inf")  # most seconds a free drafter's draft may cost (set with `_cheap`)
+        self.streaks = {name: table.probe_streaks.get(name, 0) for name in self.order}  # `_probe_discount`
         pooled = table.acceptance
         self.pooled: dict[str, RowAcceptance] = {}
         for name in self.order:
@@ -485,8 +495,22 @@ class GoodputController:
         if items.base:
             seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
         loss = seconds - (1.0 + sum(items.probs[:best_one])) / max(1.0 / plain, instead)
-        share = self.options.probe_share / len(self.order)
+        share = self.options.probe_share / len(self.order) / self._probe_discount(items.member)
         return max(0.0, loss) / (share * (plain if row_seconds is None else min(plain, row_seconds)))
+
+    def _probe_discount(self, name: str | None) -> float:
+        """How many times rarer than `probe_share` allows a drafter's probes come: its probes failed
+        PROBE_STREAK times in a row (across rows and calls of this model and device), twice as rare, up to
+        `max_probe_discount`. Each row starts probing afresh, so a drafter that never pays on this device
+        (PPD's trees on this CPU) kept costing ~1% of every request (ppd 0.985-0.999 of plain decoding)."""
+        streak = self.streaks.get(name, 0) if name is not None else 0
+        return min(self.options.max_probe_discount, 2.0 ** (streak // PROBE_STREAK))
+
+    def _judge_probe(self, name: str, paid: bool) -> None:
+        """A costly drafter's probe ended: the row took the drafter up (paid) or stayed plain. Live calls
+        only: frozen rows read the streaks of the call's snapshot, so their decisions stay their own."""
+        if self.live:
+            self.streaks[name] = 0 if paid else self.streaks.get(name, 0) + 1
 
     def _free_budget(self, row: _Row, name: str, cap: int) -> int:
         """A cheap drafter's budget: all it has offered so far and more (never throttled to its guesses)."""
@@ -615,6 +639,9 @@ class GoodputController:
                         and lost <= FIRST_PROBE_SHARE * depth):
                     wait = 0.0 if name in cheap_names else float(FIRST_PROBE_STEPS)
                 row.due[name] = max(row.interval[name], wait)
+            probed, row.probed = row.probed, None
+            if probed is not None and probed != pending and probed in options and (pick is None or pick == probed):
+                self._judge_probe(probed, paid=pick == probed)  # (lost to another drafter: says nothing)
             # A cheap pick is only a look: the cut may still verify none of it, so it can be due too.
             due_probes = [n for n in options if (n != pick or n in cheap) and options[n][3] > 0
                           and row.since[n] >= row.due[n]]
@@ -635,6 +662,8 @@ class GoodputController:
                 items, _, _, best_one = options[probe]
                 if probe in cheap:  # a free drafter's probe only needs its first node verified
                     best_one = min(best_one, 1)
+                else:
+                    row.probed = probe
                 items.forced = best_one
                 choice.append(probe)
                 budgets.append(self._free_budget(row, probe, cap) if probe in cheap else best_one)
@@ -1193,6 +1222,7 @@ class GoodputController:
             for name, pooled in self.pooled.items():
                 self.model_costs.live.acceptance[name] = pooled
             self.model_costs.live.extras.update(self.pooled_extras)
+            self.model_costs.live.probe_streaks.update(self.streaks)
             self.model_costs.end_call()
 
     def stats(self) -> dict[str, Any]:
@@ -1204,6 +1234,7 @@ class GoodputController:
                "row_steps": counts["row_steps"], "plain_row_steps": counts["plain_row_steps"],
                "no_draft_share": counts["plain_row_steps"] / total,
                "drafter_row_steps": dict(counts["drafted_row_steps"]), "probes": counts["probes"],
+               "failed_probe_streaks": dict(self.streaks),
                "switches": counts["switches"], "plain_reasons": dict(counts["plain_reasons"]),
                "mean_verified_nodes": counts["verified_nodes"] / max(drafted, 1),
                "mean_expected_tokens": counts["expected_tokens"] / max(drafted, 1),

@@ -219,6 +219,8 @@ class CostTable:
     acceptance: dict[str, Any] = field(default_factory=dict)  # pooled acceptance per drafter (priors)
     extras: dict[str, tuple[float, float]] = field(default_factory=dict)  # extra slots (root, per node) per drafter
     looks: dict[str, list[float]] = field(default_factory=dict)  # seconds of the drafter's last free looks
+    # Per drafter: its last probes that failed in a row (the row stayed plain), across calls (live calls only).
+    probe_streaks: dict[str, int] = field(default_factory=dict)
     # A drafter's one-off work when first asked to draft a row (`Drafter.prepare`: a draft model's prefill):
     # seconds ~ [1, tokens fed / CONTEXT_UNIT] (a fixed part, ~1 ms for a small draft on this CPU, and per token).
     prepares: dict[str, LinearFit] = field(default_factory=dict)

@@ -17,6 +17,7 @@ from specdec.controller import (
     FIRST_PROBE_STEPS,
     FREE_NODES,
     LEARN_EVERY,
+    PROBE_STREAK,
     QUIET_SAMPLE,
     ControllerOptions,
     GoodputController,
@@ -553,7 +554,7 @@ def test_probes_wait_longer_for_a_drafter_that_must_catch_up_first():
     assert model.live.draft("d", 1, 1, 2000) == pytest.approx(0.101, rel=0.05)
 
     def probes_of_a_new_row(context: int) -> int:
-        ctl = controller(model, probe_after=1, max_probe_interval=1024)
+        ctl = controller(model, probe_after=1, max_probe_interval=1024, max_probe_discount=1.0)
         probes = 0
         for row, steps in ((0, 100), (1, 200)):  # row 0's failures make the drafter's prior hopeless
             for _ in range(steps):
@@ -662,7 +663,8 @@ def test_a_costly_drafter_is_probed_less_where_another_drafter_commits_more():
 
     def probes_of_d(good_is_right: bool) -> int:
         ctl = controller(model, members=[Member("good", False), Member("d", False)], probe_after=1,
-                         max_probe_interval=4, probe_share=0.1)  # waits set by the probes' expected loss
+                         max_probe_interval=4, probe_share=0.1,  # waits set by the probes' expected loss
+                         max_probe_discount=1.0)  # (not by failed probes' streak)
         probes = 0
         for _ in range(400):
             plan = ctl.plan([0], [1000], 64)
@@ -975,3 +977,28 @@ def test_steps_the_controller_decodes_plainly_do_not_ask_the_drafter():
     assert drafter.observed == out.stats.batch_steps
     assert all(any(budget) for budget in drafter.budgets)  # never asked when nothing would be verified
     assert 0 < len(drafter.budgets) < out.stats.batch_steps
+
+
+def test_a_drafter_whose_probes_keep_failing_is_probed_more_rarely_across_calls():
+    """Each row probes its drafter afresh; a drafter that never pays on this device (PPD's trees on a CPU)
+    cost ~1% of every request that way. Probes that fail in a row, across rows and calls, make the next
+    ones rarer; one that pays starts them over."""
+    model = synthetic(draft=(0.0, 0.0, 0.004))
+    ctl = controller(model)
+    probes = []
+    for index in range(600):
+        plan, _ = step(ctl, [0], [list(range(1, 9))], [0])
+        if plan.probe[0]:
+            probes.append(index)
+    assert ctl.streaks["d"] == len(probes) >= 2 * PROBE_STREAK
+    assert ctl._probe_discount("d") > 1 and len(probes) <= 6  # (undiscounted: 9 probes, every 64-81 steps)
+    ctl.finish()
+    assert model.live.probe_streaks["d"] == ctl.streaks["d"]
+    frozen = controller(model, live=False)  # reads the streak, never moves it
+    assert frozen._probe_discount("d") == ctl._probe_discount("d")
+    frozen._judge_probe("d", paid=True)
+    assert frozen.streaks["d"] == ctl.streaks["d"]
+    later = controller(model)
+    assert later.streaks["d"] == ctl.streaks["d"]
+    later._judge_probe("d", paid=True)
+    assert later.streaks["d"] == 0 and later._probe_discount("d") == 1
