@@ -495,14 +495,20 @@ class GoodputController:
         if items.base:
             seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
         loss = seconds - (1.0 + sum(items.probs[:best_one])) / max(1.0 / plain, instead)
-        share = self.options.probe_share / len(self.order) / self._probe_discount(items.member)
+        share = self.options.probe_share / len(self.order)
+        if items.base:  # a probe that needs prompt slots (PPD's) measures the device more than the text
+            share /= self._probe_discount(items.member)
         return max(0.0, loss) / (share * (plain if row_seconds is None else min(plain, row_seconds)))
 
     def _probe_discount(self, name: str | None) -> float:
         """How many times rarer than `probe_share` allows a drafter's probes come: its probes failed
         PROBE_STREAK times in a row (across rows and calls of this model and device), twice as rare, up to
         `max_probe_discount`. Each row starts probing afresh, so a drafter that never pays on this device
-        (PPD's trees on this CPU) kept costing ~1% of every request (ppd 0.985-0.999 of plain decoding)."""
+        (PPD's trees on this CPU) kept costing ~1% of every request (ppd 0.985-0.999 of plain decoding).
+        Applied to drafters whose probe needs prompt slots (`_probe_wait`): whether PPD's tree pays for its
+        inputs is a property of the device, the same in every request; whether a draft model's or a
+        self-draft's tokens are accepted is one of the text, and with their probes made rarer across requests
+        draft_model lost 3% (translation 1.25 -> 1.18x of plain decoding) in an interleaved A/B."""
         streak = self.streaks.get(name, 0) if name is not None else 0
         return min(self.options.max_probe_discount, 2.0 ** (streak // PROBE_STREAK))
 

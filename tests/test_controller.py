@@ -982,7 +982,8 @@ def test_steps_the_controller_decodes_plainly_do_not_ask_the_drafter():
 def test_a_drafter_whose_probes_keep_failing_is_probed_more_rarely_across_calls():
     """Each row probes its drafter afresh; a drafter that never pays on this device (PPD's trees on a CPU)
     cost ~1% of every request that way. Probes that fail in a row, across rows and calls, make the next
-    ones rarer; one that pays starts them over."""
+    ones rarer where a probe needs prompt slots (a tree's worth is the device's, the same in every request);
+    one that pays starts them over."""
     model = synthetic(draft=(0.0, 0.0, 0.004))
     ctl = controller(model)
     probes = []
@@ -991,14 +992,25 @@ def test_a_drafter_whose_probes_keep_failing_is_probed_more_rarely_across_calls(
         if plan.probe[0]:
             probes.append(index)
     assert ctl.streaks["d"] == len(probes) >= 2 * PROBE_STREAK
-    assert ctl._probe_discount("d") > 1 and len(probes) <= 6  # (undiscounted: 9 probes, every 64-81 steps)
+    discount = ctl._probe_discount("d")
+    assert discount == min(ControllerOptions().max_probe_discount, 2.0 ** (len(probes) // PROBE_STREAK)) > 1
+    row = ctl.rows[0]
+    items = ctl._position_items(row, "d", 8, None, explore=True)
+
+    def wait(base: int, streak: int) -> float:
+        items.base, ctl.streaks["d"] = base, streak
+        return ctl._probe_wait((items, 2, 0.0, 2))
+
+    assert wait(3, len(probes)) == pytest.approx(discount * wait(3, 0))  # prompt slots: rarer
+    assert wait(0, len(probes)) == pytest.approx(wait(0, 0))  # a draft model's or self-draft's: as before
+    ctl.streaks["d"] = len(probes)
     ctl.finish()
-    assert model.live.probe_streaks["d"] == ctl.streaks["d"]
+    assert model.live.probe_streaks["d"] == len(probes)
     frozen = controller(model, live=False)  # reads the streak, never moves it
-    assert frozen._probe_discount("d") == ctl._probe_discount("d")
+    assert frozen._probe_discount("d") == discount
     frozen._judge_probe("d", paid=True)
-    assert frozen.streaks["d"] == ctl.streaks["d"]
+    assert frozen.streaks["d"] == len(probes)
     later = controller(model)
-    assert later.streaks["d"] == ctl.streaks["d"]
+    assert later.streaks["d"] == len(probes)
     later._judge_probe("d", paid=True)
     assert later.streaks["d"] == 0 and later._probe_discount("d") == 1

@@ -1,0 +1,112 @@
+"""Interleaved A/B of controller variants in one process: each cell is a drafter, optionally with parts of the
+controller switched off, and gets its own copy of the default model (so its own cost model and pooled
+estimates); every prompt runs under every cell in turn. A figure is the reference cell's process CPU time over
+the cell's, summed over a category's prompts and the rounds; steps and draft forwards in brackets.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/scripts/goodput/variant_ab.py \\
+        mt_bench,translation,summarization,qa,math_reasoning,rag 2 \\
+        none layer_skip+noexit+nocalibration layer_skip layer_skip:schedule=own
+
+A cell is `name[:key=value,...][+switch...]`; switches: `noexit` (the chain exit never stops a row),
+`nocalibration` (scores read by the square-root rule, `acceptance.default_factors`), `noscores` (the cut
+ignores the draft's scores), `nodiscount` (failed probes do not make later ones rarer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from contextlib import ExitStack
+from unittest import mock
+
+import torch
+from specdec.benchmarks.datasets import PromptBuilder, load_dataset
+
+import specdec
+from specdec import acceptance, chain_exit
+from specdec import controller as goodput
+from specdec.target import context_length
+
+_CUT = goodput.GoodputController.cut
+
+
+def _cut_without_scores(self, draft, plan, seconds, scoring=None):
+    if draft.scores is not None:
+        host = draft.host
+        draft = dataclasses.replace(draft, scores=None,
+                                    host=None if host is None else dataclasses.replace(host, scores=None))
+    return _CUT(self, draft, plan, seconds, scoring)
+
+
+SWITCHES = {
+    "noexit": lambda: mock.patch.object(chain_exit.ChainExit, "keep_drafting",
+                                        lambda self, depth, scores, rows=None: [True] * len(scores)),
+    "nocalibration": lambda: mock.patch.object(acceptance.RowAcceptance, "factors",
+                                               lambda self: acceptance.default_factors()),
+    "noscores": lambda: mock.patch.object(goodput.GoodputController, "cut", _cut_without_scores),
+    "nodiscount": lambda: mock.patch.object(goodput.GoodputController, "_probe_discount", lambda self, name: 1.0),
+}
+
+
+def _parse(cell: str) -> tuple[str, dict[str, str], list[str]]:
+    spec, *switches = cell.split("+")
+    name, _, text = spec.partition(":")
+    options = dict(item.split("=", 1) for item in text.split(",")) if text else {}
+    unknown = [s for s in switches if s not in SWITCHES]
+    if unknown:
+        raise SystemExit(f"unknown switch(es) {unknown}; known: {sorted(SWITCHES)}")
+    return name, options, switches
+
+
+def main(argv: list[str]) -> None:
+    categories, rounds, cells = argv[0].split(","), int(argv[1]), argv[2:]
+    torch.set_num_threads(1)
+    first = specdec.load_default()
+    builder = PromptBuilder(first.tokenizer, context_length(first.target), 128)
+    prompts = [(s.category, builder.encode([], s.turns[0])[0])
+               for s in load_dataset("spec_bench", per_category=5) if s.category in categories]
+    setups = {}
+    for cell in cells:
+        name, options, switches = _parse(cell)
+        pair = specdec.load_default()
+        if name in ("draft_model", "ppd_draft_model"):
+            options["model"] = pair.draft
+        setups[cell] = (pair.target, specdec.registry.create("drafter", name, options), switches)
+
+    def run(cell: str, prompt: list[int], tokens: int) -> tuple[float, int, int]:
+        target, drafter, switches = setups[cell]
+        with ExitStack() as stack:
+            for switch in switches:
+                stack.enter_context(SWITCHES[switch]())
+            before = getattr(drafter, "draft_forwards", 0)
+            started = time.process_time()
+            out = specdec.generate(target, prompt, drafter=drafter, max_new_tokens=tokens)
+            return time.process_time() - started, out.stats.steps, getattr(drafter, "draft_forwards", 0) - before
+
+    for cell in cells:  # warm-up: cost curves, caches, first-call setup
+        run(cell, prompts[0][1], 16)
+    totals: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for category, prompt in prompts:
+            for cell in cells:
+                seconds, steps, forwards = run(cell, prompt, 128)
+                total = totals.setdefault((cell, category), [0.0, 0, 0])
+                total[0] += seconds
+                total[1] += steps
+                total[2] += forwards
+    print(f"# {rounds} rounds, {len(prompts)} prompts, 128 new tokens; CPU time of {cells[0]} over each cell's")
+    for category in [*categories, "all"]:
+        chosen = categories if category == "all" else [category]
+        parts = []
+        for cell in cells:
+            seconds = sum(totals[(cell, c)][0] for c in chosen)
+            reference = sum(totals[(cells[0], c)][0] for c in chosen)
+            steps = sum(totals[(cell, c)][1] for c in chosen)
+            forwards = sum(totals[(cell, c)][2] for c in chosen)
+            parts.append(f"{cell} {reference / seconds:.3f} ({steps:.0f} steps, {forwards:.0f} draft forwards)")
+        print(f"{category}: " + " | ".join(parts))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
