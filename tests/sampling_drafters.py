@@ -84,18 +84,16 @@ class SampledChainDrafter(Drafter):
         return Draft.chain(torch.stack(tokens, dim=1), q=torch.stack(qs, dim=1))
 
 
-class ExitingChainDrafter(Drafter):
+class ExitingChainDrafter(SampledChainDrafter):
     """Stochastic chain whose rows stop where the controller's exit says (`state.draft_exit`), after it sees each
     sampled token's probability (its score): the chain's length is a stopping time of the draft, as layer_skip's
     under the controller. Draws only for rows still drafting."""
 
     name = "test-exiting-chain"
     description = "test: sampled chain stopped by the controller's exit"
-    provides_q = True
 
     def __init__(self, lm: ContextLM, k: int = 3) -> None:
-        super().__init__()
-        self.lm, self.k = lm, k
+        super().__init__(lm, k)
         self.stopped = 0  # rows the exit stopped before their budget
 
     def propose(self, state: DecodeState) -> Draft:
