@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--preset", choices=["quick", "full"], help="quick: every drafter, 2 prompts per category")
     parser.add_argument("--model", help='"default" (the bundled pair) or a local model directory')
     parser.add_argument("--draft", help="draft model directory for --model (assisted baseline, draft_model)")
+    parser.add_argument("--device", help='where to load the models, e.g. "cuda" (default: the CPU)')
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                        help="the models' dtype (default: the checkpoint's; the bundled pair's is float32)")
     parser.add_argument("--drafter", action="append", metavar="NAME[:K=V,...]",
                         help="drafter to run (repeatable); `@draft` as a value means the model's draft")
     parser.add_argument("--verifier", action="append", help="verifier(s) (repeatable; default exact)")
@@ -110,6 +113,9 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         overrides["models"] = [{"path": args.model, "draft": args.draft}]
     elif args.draft is not None:
         overrides["models"] = [{**m, "draft": args.draft} for m in base["models"]]
+    placement = {k: v for k, v in (("device", args.device), ("dtype", args.dtype)) if v is not None}
+    if placement:
+        overrides["models"] = [{**m, **placement} for m in overrides.get("models", base["models"])]
     if args.drafter:
         overrides["drafters"] = [parse_drafter(d).model_dump() for d in args.drafter]
     categories = args.categories.split(",") if args.categories else None

@@ -41,6 +41,9 @@ class ModelSpec(_Strict):
     path: str
     draft: str | None = Field(None, description='draft model directory; "default" pairs the bundled draft')
     label: str | None = None
+    device: str | None = Field(None, description='where to load the target and its draft, e.g. "cuda" (None: the CPU)')
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="the models' dtype (None: the checkpoint's; the bundled pair's is float32)")
 
     @property
     def name(self) -> str:

@@ -63,17 +63,19 @@ class Workspace:
 def _load(spec: ModelSpec) -> LoadedModel:
     from transformers import AutoModelForCausalLM
 
-    from specdec.api import load_model
+    from specdec.api import load_model, parse_dtype
 
     if spec.path == "default":
         from specdec.zoo import load_default
 
-        pair = load_default()
+        pair = load_default(device=spec.device, dtype=parse_dtype(spec.dtype))
         return LoadedModel(pair.target, pair.draft, pair.tokenizer)
-    target, tokenizer = load_model(spec.path)
+    target, tokenizer = load_model(spec.path, device=spec.device, dtype=spec.dtype)
     draft = None
-    if spec.draft_path is not None:
-        draft = AutoModelForCausalLM.from_pretrained(spec.draft_path, local_files_only=True).eval()
+    if spec.draft_path is not None:  # beside its target, in the target's dtype
+        weight = target.get_input_embeddings().weight
+        draft = AutoModelForCausalLM.from_pretrained(spec.draft_path, local_files_only=True,
+                                                     dtype=weight.dtype).to(weight.device).eval()
     return LoadedModel(target, draft, tokenizer)
 
 

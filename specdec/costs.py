@@ -33,13 +33,15 @@ import statistics
 import time
 import weakref
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
+
+T = TypeVar("T")
 
 #: Inputs beyond one per row at which the verification forward is timed (then interpolated).
 EXTRA_GRID = (0, 1, 2, 3, 4, 8, 16, 32, 64, 128, 256)
@@ -373,6 +375,7 @@ class CostModel:
         self.live = CostTable()
         self.stale: set[bool] = set()  # packings whose curves drifted past REMEASURE_DRIFT
         self.measure_seconds = 0.0  # wall time spent measuring, for the stats
+        self.settled: dict[Hashable, Any] = {}  # see `settle`
 
     # -- reading -------------------------------------------------------------------------------
     def table(self) -> CostTable:
@@ -381,6 +384,15 @@ class CostModel:
     def snapshot(self) -> CostTable:
         """A frozen copy: decisions made from it do not move with this call's timings."""
         return copy.deepcopy(self.live)
+
+    def settle(self, key: Hashable, decide: Callable[[], T]) -> T:
+        """A choice derived from this model's costs, made at its first use and kept with the model: every later
+        call on this model and device reads the same one, whatever later timings say. For choices that change
+        what a drafter proposes (ppd_draft_model's inner loop), so that repeated seeded calls draw alike (the
+        determinism rule, docs/design.md); another process measures, and may settle, anew."""
+        if key not in self.settled:
+            self.settled[key] = decide()
+        return self.settled[key]
 
     # -- measuring -----------------------------------------------------------------------------
     def ensure(self, model: Any, batches: Iterable[int], packed: bool, padded: bool, context: int,
@@ -573,3 +585,11 @@ def row_forward_seconds(model: Any) -> Callable[[int], float]:
     costs.ensure(model, [1], True, False, LONG_CONTEXT, context_length(model))
     table = costs.snapshot()
     return lambda width: table.verify(1, width)
+
+
+def settled_for(model: Any, key: Hashable, decide: Callable[[], T]) -> T:
+    """`CostModel.settle` on the cost model kept for `model` and its device: how a drafter that sizes itself
+    from a model's measured costs makes that choice once per model and device."""
+    from .target import model_device
+
+    return cost_model_for(model, model_device(model)).settle(key, decide)

@@ -79,6 +79,13 @@ class Draft:
         """num_nodes on the host: the drafter's own copy, else read back (a device read)."""
         return list(self.host.sizes) if self.host is not None else self.num_nodes.tolist()
 
+    def to(self, device: torch.device | str) -> Draft:
+        """The draft's index tensors, q and scores on `device` (drafters may build drafts on the CPU; a forward
+        and a verdict on the model's device need them there); the prompt slots and the host view as they are."""
+        return Draft(self.tokens.to(device), self.parents.to(device), self.num_nodes.to(device),
+                     None if self.q is None else self.q.to(device), self.extra,
+                     None if self.scores is None else self.scores.to(device), self.host)
+
     def node_mask(self) -> torch.Tensor:
         """[B, N] bool: which entries are real nodes."""
         return torch.arange(self.width, device=self.tokens.device)[None, :] < self.num_nodes[:, None]

@@ -67,9 +67,8 @@ def validate_draft(
                     f"{getattr(scores, 'dtype', type(scores).__name__)} {tuple(getattr(scores, 'shape', ()))}")
     if draft.extra is not None:
         _check_extra_shapes(draft.extra, drafter, batch)
-    moved = Draft(tokens.to(device), parents.to(device), counts.to(device),
-                  None if draft.q is None else draft.q.to(device), draft.extra,
-                  None if scores is None else scores.detach().float().to(device), host)
+    moved = Draft(tokens, parents, counts, draft.q, draft.extra, None if scores is None else scores.detach().float(),
+                  host).to(device)
     if width == 0 and draft.extra is None:  # no values to check: its sizes (all 0) were checked above
         return moved, None
     return moved, _value_problems(moved, vocab_size)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from transformers import (
@@ -18,6 +20,12 @@ from transformers import (
 from specdec import DecodeState, Draft, Drafter
 
 VOCAB = 96
+
+# Where `tiny_model` puts its models: the CPU in float32 unless SPECDEC_TEST_DEVICE / SPECDEC_TEST_DTYPE say
+# otherwise (`SPECDEC_TEST_DEVICE=cuda SPECDEC_TEST_DTYPE=bfloat16 pytest` runs the suite's models on a GPU in bf16;
+# benchmarks/results/cuda/ says what that run found).
+TEST_DEVICE = torch.device(os.environ.get("SPECDEC_TEST_DEVICE", "cpu"))
+TEST_DTYPE = getattr(torch, os.environ.get("SPECDEC_TEST_DTYPE", "float32"))
 
 # Tiny models gain nothing from intra-op threads; one thread keeps parallel test runs from thrashing.
 torch.set_num_threads(1)
@@ -43,7 +51,7 @@ def tiny_model(arch: str = "llama", vocab: int = VOCAB, layers: int = 2, seed: i
                                            n_positions=positions, **overrides))
     else:
         raise ValueError(arch)
-    model.eval()
+    model.to(device=TEST_DEVICE, dtype=TEST_DTYPE).eval()
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model
@@ -69,7 +77,7 @@ def arch_model(request):
 
 
 def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)
     out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
                          min_new_tokens=0)
     return out[0, len(prompt):].tolist()

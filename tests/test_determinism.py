@@ -32,18 +32,23 @@ def target():
     return tiny_model("llama").to(torch.float64)
 
 
-def float64_options(drafter: str, target) -> dict | None:
-    """The test options of `drafter`, with a draft model in float64 like the target."""
+@pytest.fixture(scope="module")
+def float64_options(target):
+    """Per drafter its test options, with a draft model in float64 like the target, made once for the module: a
+    user keeps one draft model, and a draft model built anew is measured anew (ppd_draft_model settles its inner
+    loop's size once per draft model and device, from its measured costs)."""
     from test_composition import DRAFTER_OPTIONS_FOR_TINY_MODEL
 
-    options = DRAFTER_OPTIONS_FOR_TINY_MODEL.get(drafter, lambda _: None)(target)
-    if options is not None and "model" in options:
-        options = {**options, "model": options["model"].to(torch.float64)}
+    options = {}
+    for drafter, make in DRAFTER_OPTIONS_FOR_TINY_MODEL.items():
+        options[drafter] = make(target)
+        if "model" in options[drafter]:
+            options[drafter] = {**options[drafter], "model": options[drafter]["model"].to(torch.float64)}
     return options
 
 
-def _run(target, drafter, verifier, prompts, seed, batch_mode="unpadded"):
-    options = float64_options(drafter, target)
+def _run(target, drafter, verifier, prompts, seed, options=None, batch_mode="unpadded"):
+    options = (options or {}).get(drafter)
     out = specdec.generate(target, prompts, drafter=drafter, drafter_options=options, verifier=verifier,
                            max_new_tokens=NEW_TOKENS, seed=seed, batch_mode=batch_mode, **SAMPLING)
     return out.sequences
@@ -55,17 +60,20 @@ PAIRS = [(d, "rejection") for d in known_names("drafter")] + [
 
 
 @pytest.mark.parametrize("drafter, verifier", PAIRS)
-def test_sample_is_independent_of_batch_position_and_neighbours(target, drafter, verifier):
-    alone = _run(target, drafter, verifier, [PROMPT], seed=[11])[0]
-    assert _run(target, drafter, verifier, [PROMPT], seed=[11])[0] == alone, "same seed, different output"
+def test_sample_is_independent_of_batch_position_and_neighbours(target, drafter, verifier, float64_options):
+    def run(prompts, seed, batch_mode="unpadded"):
+        return _run(target, drafter, verifier, prompts, seed, float64_options, batch_mode)
+
+    alone = run([PROMPT], seed=[11])[0]
+    assert run([PROMPT], seed=[11])[0] == alone, "same seed, different output"
     # The same prompt and seed at another position, among other prompts, in both batch modes.
-    middle = _run(target, drafter, verifier, [OTHERS[0], PROMPT, OTHERS[1]], seed=[3, 11, 4])
+    middle = run([OTHERS[0], PROMPT, OTHERS[1]], seed=[3, 11, 4])
     assert middle[1] == alone
-    last = _run(target, drafter, verifier, OTHERS + [PROMPT], seed=[7, 8, 9, 11], batch_mode="padded")
+    last = run(OTHERS + [PROMPT], seed=[7, 8, 9, 11], batch_mode="padded")
     assert last[3] == alone
     # An int seed: row r's stream comes from (seed, r), whatever the other rows are.
-    first = _run(target, drafter, verifier, [PROMPT, OTHERS[0]], seed=5)[0]
-    assert _run(target, drafter, verifier, [PROMPT, OTHERS[2], OTHERS[1]], seed=5)[0] == first
+    first = run([PROMPT, OTHERS[0]], seed=5)[0]
+    assert run([PROMPT, OTHERS[2], OTHERS[1]], seed=5)[0] == first
 
 
 def test_seeds_are_really_used(target):

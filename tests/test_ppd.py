@@ -584,6 +584,31 @@ def test_ppd_draft_model_drafts_with_plain_forwards_where_no_tree_pays(arch, mon
     assert len(sized) == 1  # sized once per drafter, like its draft is loaded once
 
 
+def test_ppd_draft_model_settles_its_inner_loop_once_per_draft_model(monkeypatch) -> None:
+    """The inner loop is sized from measured costs, and its two arms propose differently where the plain one
+    runs int8 copies: sized anew per call from noisy timings, a seeded output would change between identical
+    calls (`drafter="ppd_draft_model"` makes a drafter per call). The size is settled once per draft model and
+    device, whatever later timings say; a draft model of its own is measured, and settled, anew."""
+    from specdec.drafters.ppd import draft_model as module
+
+    curves = iter([lambda width: 1e-3, lambda width: 1e-3 * width] * 4)  # flat (a tree pays), steep (none does)
+    read = []
+    monkeypatch.setattr(module, "row_forward_seconds", lambda model: read.append(model) or next(curves))
+    target, draft = tiny_model("llama"), tiny_model("llama", seed=1)
+
+    def run(draft_model):
+        out = specdec.generate(target, [5, 6, 7, 5, 6], drafter="ppd_draft_model", verifier="rejection",
+                               drafter_options={"model": draft_model, "random_init": True, "k": 3},
+                               temperature=0.9, seed=[11], max_new_tokens=16)
+        return out.sequences[0], out.stats.drafter_stats["inner_tree_size"]
+
+    first = run(draft)
+    assert first[1] > 0  # the flat curve: a tree
+    assert [run(draft) for _ in range(3)] == [first] * 3  # the steep curve is never read for this draft
+    assert read == [draft]
+    assert run(tiny_model("llama", seed=1))[1] == 0  # another draft model: the next (steep) curve, plain forwards
+
+
 def test_stdlib_data_keeps_the_zoos_heldout_modules_out_of_training() -> None:
     from specdec.tools.ppd.data import stdlib_documents
 

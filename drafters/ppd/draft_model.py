@@ -40,6 +40,7 @@ from specdec.runner import (
     model_device,
     prune_draft,
     row_forward_seconds,
+    settled_for,
 )
 from specdec.sampling import SamplingParams
 
@@ -171,8 +172,7 @@ class PPDDraftModelDrafter(Drafter):
                  "num_ept": opts.num_ept}
         inner_options = PPDOptions(**{k: v for k, v in inner.items() if v is not None})
         if opts.tree_size is None:
-            if self.sizing is None:  # once per drafter, like its draft: the draft's costs here are the process's
-                self.sizing = self._size(inner_options, draft_vocab)
+            self.sizing = self._size(inner_options, draft_vocab)
             shape = {"tree_size": self.sizing.tree_size, "num_prompts": self.sizing.num_prompts}
             inner_options = PPDOptions(**{**inner_options.model_dump(), **shape}) if self.sizing.tree_size else None
         self.inner = PPDDrafter(inner_options) if inner_options is not None else None
@@ -196,10 +196,14 @@ class PPDDraftModelDrafter(Drafter):
             device=model_device(self.draft), max_draft_nodes=1024))
 
     def _size(self, inner_options: PPDOptions, vocab_size: int) -> InnerSizing:
-        """PPD's hardware-aware sizing of the inner loop from the draft's forward costs on its device."""
+        """PPD's hardware-aware sizing of the inner loop from the draft's forward costs on its device, settled once
+        per draft model and device (kept with its cost model): the two loops propose differently where the plain
+        one runs int8 copies, so a size re-read from noisy timings per call would change a seeded output."""
         checkpoint, _ = PPDDrafter(inner_options)._checkpoint_for(self.draft)
-        return size_inner_loop(checkpoint_accuracies(checkpoint, vocab_size), inner_options.num_ept or
-                               checkpoint.num_ept, row_forward_seconds(self.draft))
+        accuracies = checkpoint_accuracies(checkpoint, vocab_size)
+        num_ept = inner_options.num_ept or checkpoint.num_ept
+        return settled_for(self.draft, ("ppd_draft_model inner loop", json.dumps(accuracies), num_ept),
+                           lambda: size_inner_loop(accuracies, num_ept, row_forward_seconds(self.draft)))
 
     def finish(self) -> None:
         for row in self._rows.values():
@@ -287,7 +291,7 @@ class PPDDraftModelDrafter(Drafter):
                                       generator=self.generator, target=row.runner)
             draft = inner.propose(inner_state)
             extra_limit = None if self.context is None else (self.context - 1) - row.runner.lengths
-            draft = prune_draft(draft, inner_state.max_depth, extra_limit)
+            draft = prune_draft(draft, inner_state.max_depth, extra_limit).to(row.runner.device)
             logits = self._forward(row.runner, root, draft)
             width = draft.width
             verdict = self.verifier.verify(draft, logits[:, : 1 + width], self.greedy, self.generator)

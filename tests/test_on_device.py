@@ -1,0 +1,96 @@
+"""The runtime where the suite's models are put (conftest's TEST_DEVICE / TEST_DTYPE): what a user gets on a GPU
+in bf16 when the suite runs there (`SPECDEC_TEST_DEVICE=cuda SPECDEC_TEST_DTYPE=bfloat16`), and the same checks on
+the CPU in float32 in CI.
+
+Greedy decoding with the exact verifier is compared with transformers' own greedy `generate` on the same model.
+In float32 the two agree token for token. In a half precision they may part where the reference's two best tokens
+are a near tie: a verification forward of k+1 inputs rounds a position's logits differently from a one-token
+decoding step, as any speculative decoder's does. The check allows exactly that: at the first difference, the
+token specdec chose must be within the dtype's rounding of the reference's best logit at that position, read from
+a fresh forward of the reference's own prefix; a token that is clearly worse fails.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from conftest import TEST_DEVICE, TEST_DTYPE, hf_greedy, tiny_model
+
+import specdec
+from specdec.registry import known_names
+
+PROMPTS = [[5, 6, 7, 5, 6, 7, 5, 6, 7, 5], [11, 12, 13], [40, 41, 42, 43, 40, 41, 42, 43]]
+NEW_TOKENS = 24
+ARCHS = ["llama", "qwen2"]
+
+
+def drafter_options(drafter: str) -> dict | None:
+    """Test-sized options, with the draft models on the test device (from `tiny_model`)."""
+    from test_composition import DRAFTER_OPTIONS_FOR_TINY_MODEL
+
+    if drafter == "auto":
+        return {"draft": tiny_model("llama", seed=1)}
+    return DRAFTER_OPTIONS_FOR_TINY_MODEL.get(drafter, lambda _: None)(None)
+
+
+def tie_tolerance(logits: torch.Tensor) -> float:
+    """How far apart two logits can be and still swap under the dtype's rounding: a few units in the last place
+    at the logits' scale (float32: ~1e-6, nothing a real choice hides in; bfloat16: ~0.03 at |logit| ~ 1)."""
+    return 16 * torch.finfo(TEST_DTYPE).eps * max(1.0, float(logits.abs().max()))
+
+
+def first_difference(ours: list[int], reference: list[int]) -> int | None:
+    return next((i for i, (a, b) in enumerate(zip(ours, reference)) if a != b), None)
+
+
+def assert_greedy_up_to_ties(model, prompt: list[int], ours: list[int], reference: list[int]) -> None:
+    assert len(ours) == len(reference)
+    index = first_difference(ours, reference)
+    if index is None:
+        return
+    prefix = torch.tensor([prompt + reference[:index]], device=model.device)
+    with torch.no_grad():
+        logits = model(prefix).logits[0, -1].float()
+    gap = float(logits.max() - logits[ours[index]])
+    assert gap <= tie_tolerance(logits), (
+        f"token {index}: specdec chose {ours[index]}, transformers {reference[index]}; the chosen token's logit is "
+        f"{gap:.4g} below the best ({TEST_DTYPE}, tolerance {tie_tolerance(logits):.3g}): not a rounding tie")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("drafter", known_names("drafter"))
+def test_greedy_matches_transformers_on_the_test_device(arch: str, drafter: str) -> None:
+    model = tiny_model(arch)
+    out = specdec.generate(model, PROMPTS, drafter=drafter, drafter_options=drafter_options(drafter),
+                           verifier="exact", max_new_tokens=NEW_TOKENS)
+    for prompt, ours in zip(PROMPTS, out.sequences):
+        assert_greedy_up_to_ties(model, prompt, ours, hf_greedy(model, prompt, NEW_TOKENS))
+    if TEST_DTYPE == torch.float32:
+        assert out.sequences == [hf_greedy(model, prompt, NEW_TOKENS) for prompt in PROMPTS]
+
+
+def test_the_tie_check_fails_a_wrong_token() -> None:
+    """The tolerance is not so loose that any token passes: the reference's worst token fails it."""
+    model = tiny_model("llama")
+    reference = hf_greedy(model, PROMPTS[0], 4)
+    with torch.no_grad():
+        logits = model(torch.tensor([PROMPTS[0]], device=model.device)).logits[0, -1]
+    worst = int(logits.argmin())
+    with pytest.raises(AssertionError, match="not a rounding tie"):
+        assert_greedy_up_to_ties(model, PROMPTS[0], [worst, *reference[1:]], reference)
+
+
+def test_phase_timings_add_up_on_the_test_device() -> None:
+    """Draft, verify and other time (CUDA events on a GPU) are each measured and sum to no more than the call."""
+    model = tiny_model("llama")
+    options = {"model": tiny_model("llama", seed=1), "k": 3, "schedule": "constant"}
+    wall = time.perf_counter()
+    out = specdec.generate(model, PROMPTS, drafter="draft_model", drafter_options=options, verifier="exact",
+                           max_new_tokens=NEW_TOKENS)
+    wall = time.perf_counter() - wall
+    stats = out.stats
+    assert stats.draft_time > 0 and stats.verify_time > 0 and stats.other_time >= 0
+    assert stats.wall_time <= wall * 1.01
+    assert model.device.type == TEST_DEVICE.type
