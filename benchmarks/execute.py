@@ -27,6 +27,7 @@ from .datasets import PromptBuilder, Sample, load_dataset
 from .memory import PeakMemory
 from .oracle import NAME as ORACLE
 from .oracle import prompt_key, register_oracle
+from .ties import parting
 
 # A method maps a batch of prompt token ids to (new token ids per row, specdec stats or None, lossless flag).
 MethodFn = Callable[[list[list[int]]], tuple[list[list[int]], GenerationStats | None, bool | None]]
@@ -186,6 +187,7 @@ class CellRun:
         self.record: dict[str, Any] = {"cell_id": cell.cell_id, "cell": cell.model_dump(mode="json"),
                                        "status": "ok", "error": None, "samples": [], "calls": [], "notes": []}
         self.record["load_average_start"] = _load_average()
+        self.reference = reference if cell.temperature == 0 else None  # greedy outputs to find partings from
         self.units: list[tuple[int, list[int]]] = []  # (repeat, sample indices of one batch), in run order
         self._seconds = 0.0
         self._peak_bytes = 0
@@ -262,6 +264,7 @@ class CellRun:
                 for i, tokens, (ids, cut) in zip(rows, outputs, encoded):
                     self.turn_records[i].append({"tokens": tokens, "prompt_tokens": len(ids), "truncated": cut,
                                                  "prompt_key": prompt_key(ids), "call": self._call_index[key]})
+                    self._find_parting(self.turn_records[i][-1], ids)
                 continue
             call = self.calls[self._call_index[key]]
             call["wall_times"].append(wall)
@@ -269,6 +272,13 @@ class CellRun:
             for i, tokens in zip(rows, outputs):
                 if tokens != self.turn_records[i][turn]["tokens"]:
                     self.turn_records[i][turn].setdefault("differs_in_repeats", []).append(repeat)
+
+    def _find_parting(self, turn: dict[str, Any], prompt: list[int]) -> None:
+        """Where a greedy turn first differs from the reference's answer to the same prompt, and whether it is a
+        near tie there (`benchmarks.ties`): outside the timed call, once per turn."""
+        want = None if self.reference is None else self.reference.get(turn["prompt_key"])
+        if want is not None and turn["tokens"] != want:
+            turn["parted"] = parting(self.loaded.target, prompt, turn["tokens"], want, _eos_ids(self.loaded.target))
 
     def finish(self) -> dict[str, Any]:
         """The cell's result record."""

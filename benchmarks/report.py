@@ -78,7 +78,10 @@ def markdown(result: dict[str, Any], config: SweepConfig) -> str:
               "Speedup = mean per-sample tokens/s / the baseline's (Spec-Bench's ratio of means; ± = std over "
               "repeats). tau = tokens committed per decoding step, bonus included (1.00 = plain decoding). "
               "Acceptance = accepted / drafted tokens. Greedy check = outputs token-identical to transformers' "
-              "greedy `generate` at batch 1 (a mismatch of a lossless method is listed under FAILURES). "
+              "greedy `generate` at batch 1 (a mismatch of a lossless method is listed under FAILURES); 'up to "
+              "near-ties': where an output parts from it, the token taken is within the dtype's rounding of the "
+              "reference's best logit there (half precision: a forward of k+1 inputs rounds differently from a "
+              "one-token step; benchmarks/ties.py). "
               "`oracle(draft_length=k)` replays that reference output: the engine's ceiling at draft length k. "
               "Peak memory is the process's resident set size (CPU) or max allocated (CUDA) during the cell.", ""]
     skipped = []

@@ -456,3 +456,57 @@ def test_bench_exit_status_and_last_line_say_when_a_cell_failed(tiny_dir, tmp_pa
     good.write_text('{"question_id": 1, "category": "qa", "turns": ["the quick brown fox"]}\n')
     run = _bench_cli([*common, "--dataset", f"spec_bench:{good}", "--out", str(tmp_path / "ok")], tmp_path)
     assert run.returncode == 0 and run.stdout.strip().splitlines()[-1].startswith("specdec bench: ok"), run.stdout
+
+
+def test_a_parting_at_a_rounding_tie_is_told_from_a_wrong_token() -> None:
+    from specdec.benchmarks.ties import parting
+
+    model = tiny_model("llama").to(torch.bfloat16)
+    prompt = [5, 6, 7, 5, 6]
+    greedy = specdec.generate(model, prompt, max_new_tokens=8).sequences[0]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + greedy[:3]], device=model.device)).logits[0, -1]
+    worst = int(logits.argmin())
+    assert parting(model, prompt, greedy, greedy) is None
+    wrong = parting(model, prompt, greedy[:3] + [worst] + greedy[4:], greedy)
+    assert wrong["position"] == 3 and not wrong["tie"] and wrong["gap"] > wrong["tolerance"] > 0
+    # the method took the reference prefix's best token where the reference took another: gap 0, a tie
+    right = parting(model, prompt, greedy, greedy[:3] + [worst] + greedy[4:])
+    assert right["position"] == 3 and right["gap"] == 0 and right["tie"]
+    # a method that stopped first chose the stop token there
+    stopped = parting(model, prompt, greedy[:3], greedy, stop_tokens={worst})
+    assert stopped["position"] == 3 and not stopped["tie"]
+    assert parting(model, prompt, greedy[:3], greedy)["tie"] is False  # no stop token known: not a tie
+
+
+def test_the_greedy_check_counts_near_ties_apart_from_mismatches() -> None:
+    from types import SimpleNamespace
+
+    from specdec.benchmarks.metrics import equality
+
+    cell = SimpleNamespace(temperature=0.0, method="specdec")
+
+    def turn(tokens, key, parted=None):
+        return {"tokens": tokens, "prompt_key": key, **({"parted": parted} if parted else {})}
+
+    tie = {"position": 1, "gap": 0.01, "tolerance": 0.05, "tie": True}
+    wrong = {"position": 1, "gap": 3.0, "tolerance": 0.05, "tie": False}
+    reference = {"status": "ok", "samples": [{"sample_id": "a", "turns": [turn([1, 2, 3], "p"), turn([4, 5], "q")]},
+                                             {"sample_id": "b", "turns": [turn([7, 8], "r")]}]}
+    same = {"samples": [{"sample_id": "a", "turns": [turn([1, 2, 3], "p"), turn([4, 5], "q")]},
+                        {"sample_id": "b", "turns": [turn([7, 8], "r")]}]}
+    assert equality(cell, same, reference)["status"] == "identical"
+    # a tie in turn 1, so turn 2's prompt (holding that answer) differs and its answer with it: both ties
+    tied = {"samples": [{"sample_id": "a", "turns": [turn([1, 9, 3], "p", tie), turn([6], "q2")]},
+                        {"sample_id": "b", "turns": [turn([7, 8], "r")]}]}
+    check = equality(cell, tied, reference)
+    assert (check["near_ties"], check["mismatches"], check["failure"]) == (2, 0, False)
+    assert check["status"].startswith("identical up to near-ties")
+    wrong_token = {"samples": [{"sample_id": "a", "turns": [turn([1, 2, 3], "p"), turn([4, 5], "q")]},
+                               {"sample_id": "b", "turns": [turn([7, 0], "r", wrong)]}]}
+    check = equality(cell, wrong_token, reference)
+    assert (check["mismatches"], check["failure"]) == (1, True) and check["first_mismatch"]["gap"] == 3.0
+    # a difference with no parting found (say, a record from before partings were recorded) stays a mismatch
+    unexplained = {"samples": [{"sample_id": "a", "turns": [turn([1, 2, 3], "p"), turn([4, 0], "q")]},
+                               {"sample_id": "b", "turns": [turn([7, 8], "r")]}]}
+    assert equality(cell, unexplained, reference)["failure"]

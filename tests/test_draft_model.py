@@ -40,7 +40,7 @@ def noisy_copy(model, scale: float = 0.001, seed: int = 7):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for param in draft.parameters():
-            param.add_(scale * torch.randn(param.shape, generator=generator))
+            param.add_(scale * torch.randn(param.shape, generator=generator).to(param))  # the same noise on any device
     return draft
 
 

@@ -102,7 +102,7 @@ def anchored_student_logits(model: torch.nn.Module, cache: DynamicCache, prefix_
     anchors = anchors.to(weight.device)
     num = anchors.numel()
     slots = num * num_prompts * num_ept
-    inputs = embeddings.to(weight.dtype).reshape(1, 1, num_prompts * num_ept, hidden).expand(batch, num, -1, -1)
+    inputs = embeddings.to(weight).reshape(1, 1, num_prompts * num_ept, hidden).expand(batch, num, -1, -1)
     offsets = (1 + torch.arange(num_prompts, device=weight.device)).repeat_interleave(num_ept)
     positions = (anchors[:, None] + offsets[None, :]).reshape(1, slots).expand(batch, -1)
     mask = anchored_mask(prefix_length, anchors, num_prompts, num_ept, weight.dtype).expand(batch, -1, -1, -1)
