@@ -351,6 +351,25 @@ def test_config_from_yaml_json_and_flags(tmp_path):
     assert config.datasets[0].categories == ["mt_bench", "summarization", "rag"]
 
 
+def test_device_and_dtype_flags_place_every_model(tiny_dir, data_files, tmp_path):
+    """`--device`/`--dtype` reach every model of the sweep, and a run loads its models there (here the CPU in
+    bfloat16: the same path a GPU run takes), its draft beside the target."""
+    from specdec.benchmarks.cli import build_parser, config_from_args
+    from specdec.benchmarks.execute import _load
+
+    args = build_parser().parse_args(["--preset", "quick", "--device", "cuda", "--dtype", "bfloat16",
+                                      "--out", str(tmp_path)])
+    assert [(m.device, m.dtype) for m in config_from_args(args).models] == [("cuda", "bfloat16")]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--preset", "quick", "--dtype", "int8", "--out", str(tmp_path)])
+    config = _config(tiny_dir, {"kind": "text", "path": str(data_files["text"])}, ["none"])
+    spec = config.models[0].model_copy(update={"device": "cpu", "dtype": "bfloat16", "draft": str(tiny_dir)})
+    loaded = _load(spec)
+    for model in (loaded.target, loaded.draft):
+        weight = model.get_input_embeddings().weight
+        assert (weight.device.type, weight.dtype) == ("cpu", torch.bfloat16)
+
+
 def test_presets_run_the_bundled_model_on_one_thread_and_the_flag_overrides(tiny_dir, data_files, tmp_path):
     from specdec.benchmarks.cli import build_parser, config_from_args
     from specdec.benchmarks.config import preset
