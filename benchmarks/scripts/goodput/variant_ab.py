@@ -9,7 +9,8 @@ the cell's, summed over a category's prompts and the rounds; steps and draft for
 
 A cell is `name[:key=value,...][+switch...]`; switches: `noexit` (the chain exit never stops a row),
 `nocalibration` (scores read by the square-root rule, `acceptance.default_factors`), `noscores` (the cut
-ignores the draft's scores), `nodiscount` (failed probes do not make later ones rarer).
+ignores the draft's scores), `nodiscount` (failed probes do not make later ones rarer), `norest` (a free drafter
+whose looks were cut to nothing never rests).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ SWITCHES = {
                                                lambda self: acceptance.default_factors()),
     "noscores": lambda: mock.patch.object(goodput.GoodputController, "cut", _cut_without_scores),
     "nodiscount": lambda: mock.patch.object(goodput.GoodputController, "_probe_discount", lambda self, name: 1.0),
+    "norest": lambda: mock.patch.object(goodput.GoodputController, "_count_look",
+                                        lambda self, row, name, fruitful: None),
 }
 
 
