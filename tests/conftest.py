@@ -27,6 +27,11 @@ VOCAB = 96
 TEST_DEVICE = torch.device(os.environ.get("SPECDEC_TEST_DEVICE", "cpu"))
 TEST_DTYPE = getattr(torch, os.environ.get("SPECDEC_TEST_DTYPE", "float32"))
 
+#: Marks a test, or a parameter, of a path the runtime takes on a CPU only: int8 weight copies (a CPU kernel;
+#: elsewhere asking for them is a clear error, `test_int8_default_needs_the_kernel`), the per-row attention loop
+#: (never on CUDA), a PPD size profile written for this CPU. Off the CPU they do not apply.
+CPU_ONLY = pytest.mark.skipif(TEST_DEVICE.type != "cpu", reason="a CPU-only path; SPECDEC_TEST_DEVICE is not the CPU")
+
 # Tiny models gain nothing from intra-op threads; one thread keeps parallel test runs from thrashing.
 torch.set_num_threads(1)
 

@@ -6,7 +6,7 @@ import functools
 
 import pytest
 import torch
-from conftest import VOCAB, OracleDrafter, RandomTreeDrafter, hf_greedy, tiny_model
+from conftest import CPU_ONLY, VOCAB, OracleDrafter, RandomTreeDrafter, hf_greedy, tiny_model
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -158,7 +158,7 @@ def layouts():
     AttentionInterface.register(SPECDEC_ATTENTION, specdec_attention)
 
 
-@pytest.mark.parametrize("per_row", [False, True])
+@pytest.mark.parametrize("per_row", [False, pytest.param(True, marks=CPU_ONLY)])
 @pytest.mark.parametrize("kind", ["random", "anpd"])
 def test_packed_inputs_are_used_and_token_identical(kind: str, per_row: bool, layouts: list,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,6 +183,7 @@ def test_packed_inputs_are_used_and_token_identical(kind: str, per_row: bool, la
         assert sequence == list(_alone(tuple(prompt)))
 
 
+@CPU_ONLY
 def test_per_row_attention_for_plain_decoding(layouts: list, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows of very different cache lengths attend one SDPA call each over their own slots only."""
     import specdec.target as target_module

@@ -93,7 +93,7 @@ def test_plan_view_copies_only_the_way_to_what_it_replaces() -> None:
     assert dict(view.named_parameters()).keys() <= dict(model.named_parameters()).keys()
     for name, param in view.named_parameters():
         assert param is dict(model.named_parameters())[name]
-    ids = torch.tensor([[1, 2, 3, 4]])
+    ids = torch.tensor([[1, 2, 3, 4]], device=model.device)
     with torch.no_grad():
         logits = view(ids).logits
         assert logits.shape == (1, 4, len(head))

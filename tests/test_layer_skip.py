@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import ARCHS, VOCAB, hf_greedy, tiny_model
+from conftest import ARCHS, CPU_ONLY, VOCAB, hf_greedy, tiny_model
 from specdec.drafters.layerskip.adaptive import AdaptiveOptions, exit_rule
 from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
 from specdec.drafters.layerskip.skipset import SkipSet, load_skip_set, model_fingerprint, save_skip_set
@@ -139,7 +139,7 @@ def _first_sampled_draft(verifier: str, **options) -> tuple[list[int], Any, torc
     chain = sequence + draft.tokens[0].tolist()
     with torch.no_grad():
         skipped = plan_view(model, LayerPlan.build(model, skip.attention, skip.mlp))
-        logits = skipped(torch.tensor([chain]), use_cache=False).logits[0]
+        logits = skipped(torch.tensor([chain], device=model.device), use_cache=False).logits[0]
     return sequence, draft, logits
 
 
@@ -154,7 +154,7 @@ def test_sampled_drafts_return_the_exact_q() -> None:
 
 def test_plan_view_leaves_the_model_alone() -> None:
     model = tiny_model("llama", layers=2)
-    ids = torch.tensor([[1, 2, 3]])
+    ids = torch.tensor([[1, 2, 3]], device=model.device)
     with torch.no_grad():
         reference = model(ids).logits
         skipped = plan_view(model, LayerPlan.build(model, [0, 1], [0, 1]))(ids).logits
@@ -166,7 +166,7 @@ def test_plan_view_leaves_the_model_alone() -> None:
 
 def test_skipping_everything_is_embedding_to_head() -> None:
     model = tiny_model("llama", layers=2)
-    ids = torch.tensor([[1, 2, 3]])
+    ids = torch.tensor([[1, 2, 3]], device=model.device)
     with torch.no_grad():
         logits = plan_view(model, LayerPlan.build(model, [0, 1], [0, 1]))(ids).logits
     expected = model.lm_head(model.model.norm(model.model.embed_tokens(ids)))
@@ -239,6 +239,7 @@ def test_adaptive_exit_drafts_less_than_fixed() -> None:
     assert adaptive.stats.drafted_tokens / adaptive.stats.steps < fixed.stats.drafted_tokens / fixed.stats.steps
 
 
+@CPU_ONLY  # the search's default draft weights are int8 copies on a CPU
 def test_search_writes_loadable_file_and_resumes(tmp_path) -> None:
     model = tiny_model("llama", layers=2)
     prompts = [[1, 2, 3, 4], [9, 10]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB, hf_greedy, tiny_model
+from conftest import CPU_ONLY, VOCAB, hf_greedy, tiny_model
 from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
 
 import specdec
@@ -74,7 +74,7 @@ def test_lean_forward_matches_skipper_path(arch: str, case: str) -> None:
     assert all(torch.equal(a, b) for a, b in zip(committed, _snapshot(ours)))
 
 
-@pytest.mark.parametrize("weights", ["float16", "int8"])
+@pytest.mark.parametrize("weights", ["float16", pytest.param("int8", marks=CPU_ONLY)])
 def test_reduced_precision_weights_stay_close(weights: str) -> None:
     """int8 / float16 weight copies compute the same function up to quantisation error: a wrong scale
     layout or a transposed weight would be far off."""
@@ -106,7 +106,7 @@ class _Watch(LayerSkipDrafter):
         return draft
 
 
-@pytest.mark.parametrize("weights", ["int8", "model"])
+@pytest.mark.parametrize("weights", [pytest.param("int8", marks=CPU_ONLY), "model"])
 @pytest.mark.parametrize("arch", LEAN_ARCHS)
 def test_lean_greedy_token_identical_chain_and_batch(arch: str, weights: str) -> None:
     """Batch 1 and a ragged batch: greedy output equals plain greedy, every draft forward ran on the
@@ -143,6 +143,7 @@ def test_transformers_path_when_unsupported_or_switched_off(arch: str) -> None:
     assert drafter.draft_forwards > 0 and drafter.lean_forwards == 0
 
 
+@CPU_ONLY
 def test_sampled_q_comes_from_the_lean_logits() -> None:
     """At temperature > 0 the draft's q is process_logits of the lean forward's own logits (int8 here),
     so rejection sampling stays lossless whatever the draft's precision."""

@@ -137,7 +137,7 @@ def test_prompt_slots_match_appended_prompt_forward(num_ept: int) -> None:
     embed = model.get_input_embeddings()
     assert len(drafter.history) >= 5
     for sequence, predictions in drafter.history:
-        anchor_prefix = torch.tensor([sequence[:-1]])  # the bonus token's slot is prompt token 1's
+        anchor_prefix = torch.tensor([sequence[:-1]], device=model.device)  # the bonus token's slot is prompt token 1's
         reference = []
         for group in range(num_ept):
             inputs = torch.cat([embed(anchor_prefix), table[None, :, group]], dim=1)
@@ -337,8 +337,8 @@ def test_training_raises_accuracy_on_its_windows(tmp_path) -> None:
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_anchored_forwards_match_one_prefix_at_a_time(arch: str) -> None:
     model = tiny_model(arch, seed=6)
-    ids = torch.randint(0, VOCAB, (2, 20), generator=torch.Generator().manual_seed(0))
-    anchors = torch.tensor([3, 11, 19])
+    ids = torch.randint(0, VOCAB, (2, 20), generator=torch.Generator().manual_seed(0)).to(model.device)
+    anchors = torch.tensor([3, 11, 19], device=model.device)
     embeddings = random_checkpoint(model, 3, 2).embeddings
     cache, teacher, greedy, hidden = greedy_chains(model, ids, anchors, 3, keep_hidden=True)
     student = anchored_student_logits(model, cache, ids.shape[1], anchors, embeddings)
@@ -462,13 +462,13 @@ def test_profile_is_used_only_on_its_own_device(tmp_path) -> None:
     plot_profile(entry, tmp_path / "profile.png", "test")
     assert (tmp_path / "profile.png").stat().st_size > 1000
     profile = tmp_path / "ppd_prompts.profile.json"
-    save_profile(profile, checkpoint.fingerprint, device_key("cpu"), dict(entry, best_size=8, best_num_prompts=2))
+    save_profile(profile, checkpoint.fingerprint, device_key(model.device), dict(entry, best_size=8, best_num_prompts=2))
     drafter = PPDDrafter(PPDOptions(checkpoint=str(path), schedule="profile"))
     out = specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=6)
     assert drafter.tree_size == 8 and drafter.num_prompts == 2
     assert out.sequences[0] == hf_greedy(model, [1, 2, 3], 6)
     # profiles are read once per file version (setup runs every call): a rewritten one is read again
-    save_profile(profile, checkpoint.fingerprint, device_key("cpu"), dict(entry, best_size=16, best_num_prompts=3))
+    save_profile(profile, checkpoint.fingerprint, device_key(model.device), dict(entry, best_size=16, best_num_prompts=3))
     specdec.generate(model, [1, 2, 3], drafter=drafter, verifier="exact", max_new_tokens=3)
     assert drafter.tree_size == 16 and drafter.num_prompts == 3
 
@@ -496,7 +496,7 @@ def test_goodput_choice_of_the_profile_sets_prompts_and_ensemble_width(tmp_path)
     assert (choice["num_prompts"], choice["num_ept"]) in {(1, 1), (3, 4)}
     faster = min(("1x1", "3x4"), key=choice["seconds"].__getitem__)
     assert f"{choice['num_prompts']}x{choice['num_ept']}" == faster
-    save_profile(tmp_path / "ppd_prompts.profile.json", checkpoint.fingerprint, device_key("cpu"),
+    save_profile(tmp_path / "ppd_prompts.profile.json", checkpoint.fingerprint, device_key(model.device),
                  {"best_size": 8, "best_num_prompts": 3, "goodput": dict(choice, num_prompts=2, num_ept=2)})
     prompt = [1, 2, 3]
     expected = hf_greedy(model, prompt, 6)

@@ -39,10 +39,10 @@ def test_medusa_labels_are_ppds_labels() -> None:
     model = tiny_model("llama", seed=3)
     stream = _stream()
     config = MedusaConfig(window=16, anchors=5, seed=2)
-    teacher, labels, states = _label_window(model, stream, config, torch.Generator().manual_seed(2), "cpu")
+    teacher, labels, states = _label_window(model, stream, config, torch.Generator().manual_seed(2), model.device)
     generator = torch.Generator().manual_seed(2)  # replay the sampler to know which window and anchors
-    ids = sample_windows(stream, 1, 16, generator)
-    anchors = pick_anchors(16, 5, generator)
+    ids = sample_windows(stream, 1, 16, generator).to(model.device)
+    anchors = pick_anchors(16, 5, generator).to(model.device)
     _, ppd_teacher, ppd_greedy, _ = greedy_chains(model, ids, anchors, 3)
     assert torch.equal(labels, ppd_greedy[:, :, 1:]) and torch.equal(teacher, ppd_teacher)
     for a, t in enumerate(anchors.tolist()):
@@ -54,8 +54,8 @@ def test_medusa_labels_are_ppds_labels() -> None:
 
 def test_zero_initialised_heads_start_as_the_next_token_distribution() -> None:
     model = tiny_model("llama", seed=3)
-    heads = MedusaHeads(64, 3)
-    hidden = torch.randn(2, 4, 64)
+    heads = MedusaHeads(64, 3).to(model.device)
+    hidden = torch.randn(2, 4, 64).to(model.device)
     logits = heads(hidden, model.get_output_embeddings())
     bias = torch.stack([torch.nn.functional.silu(block.bias) for block in heads.blocks])
     expected = model.get_output_embeddings()(hidden[:, :, None] + bias)
@@ -74,7 +74,7 @@ def test_medusa_training_raises_accuracy(protocol: str, loss: str) -> None:
         counts = anchored_rank_counts(model, windows, {"m": medusa_predictor(model, heads)}, 3)["m"]
         return sum(row[0] for row in accuracies_from_counts(counts))
 
-    before = score(MedusaHeads(64, 3))
+    before = score(MedusaHeads(64, 3).to(model.device))
     heads, log = train_medusa(model, stream, config)
     assert log["steps"] > 5 and log["windows_labelled"] >= 1
     after = score(heads)
