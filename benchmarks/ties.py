@@ -24,15 +24,16 @@ from specdec.target import model_device
 TIE_UNITS = 4.0
 
 
-def tie_tolerance(logits: torch.Tensor, dtype: torch.dtype) -> float:
-    """How far below the best logit a token may be and still be a rounding tie in `dtype`: TIE_UNITS units in
-    the last place at the logits' scale (float32: ~1e-6 of it, which no real choice hides in)."""
-    return TIE_UNITS * torch.finfo(dtype).eps * float(logits.abs().max())
+def tie_tolerance(logits: torch.Tensor, dtype: torch.dtype, units: float = TIE_UNITS) -> float:
+    """How far below the best logit a token may be and still be a rounding tie in `dtype`: `units` units in the
+    last place at the logits' scale, at least 1 (the hidden states rounded on the way are of that order, so
+    near-zero logits of a random model still carry their error; float32: ~1e-6, which no real choice hides in)."""
+    return units * torch.finfo(dtype).eps * max(1.0, float(logits.abs().max()))
 
 
 @torch.no_grad()
 def parting(model: Any, prompt: Sequence[int], ours: Sequence[int], reference: Sequence[int],
-            stop_tokens: Collection[int] = ()) -> dict[str, Any] | None:
+            stop_tokens: Collection[int] = (), units: float = TIE_UNITS) -> dict[str, Any] | None:
     """None when `ours` equals `reference`; else the first position where they differ, the gap between the best
     logit there (on the reference's prefix) and the logit of the token `ours` took (a stop token where `ours`
     ended first), the tolerance, and whether that is a tie."""
@@ -45,5 +46,5 @@ def parting(model: Any, prompt: Sequence[int], ours: Sequence[int], reference: S
     ids = torch.tensor([list(prompt) + list(reference[:position])], device=model_device(model))
     logits = model(ids).logits[0, -1].float()
     gap = float(logits.max() - logits[chosen])
-    tolerance = tie_tolerance(logits, model.get_input_embeddings().weight.dtype)
+    tolerance = tie_tolerance(logits, model.get_input_embeddings().weight.dtype, units)
     return {"position": position, "gap": gap, "tolerance": tolerance, "tie": gap <= tolerance}
