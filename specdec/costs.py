@@ -54,6 +54,10 @@ LONG_TOKENS = 4096
 #: Drift beyond this factor (observed / measured, smoothed) at the end of a call re-measures the curves
 #: at the next one; smaller drifts are absorbed by the smoothed scale and per-width corrections.
 REMEASURE_DRIFT = 2.0
+#: Per-width corrections are kept per band of context (`context_band`): each band spans CONTEXT_BAND_RATIO times the
+#: context of the one below, from SHORT_CONTEXT up; a last band holds everything longer.
+CONTEXT_BAND_RATIO = 4
+CONTEXT_BANDS = 4
 #: A drafter's cost is fitted on `draft_features`: [1, levels, nodes, lag, nodes * context / CONTEXT_UNIT].
 DRAFT_FEATURES = 5
 CONTEXT_UNIT = 1024.0
@@ -68,6 +72,18 @@ def draft_features(levels: float, nodes: float, lag: float = 0.0, context: float
     more per node behind a long document: fitted without it, costs learnt on 1000-token RAG prompts
     shortened the drafts of the short prompts that followed)."""
     return [1.0, float(levels), float(nodes), float(lag), float(nodes) * float(context or 0.0) / CONTEXT_UNIT]
+
+
+def context_band(context: float | None) -> int:
+    """The band of cached context a per-width correction is kept for (0: up to CONTEXT_BAND_RATIO x SHORT_CONTEXT
+    tokens, or unknown). One correction for every context absorbed what the curve's context line misses: on this
+    CPU a step behind a 1000-token document costs ~8% more than the line through the two measured contexts says,
+    and RAG rows, plain on most steps, raised the plain step's correction to ~1.15 while short rows' drafted steps
+    lowered theirs, so short rows priced a plain step 25% above a 2-input one and cut anpd's chains to 2-3 tokens."""
+    if context is None or context <= 0:
+        return 0
+    return min(CONTEXT_BANDS - 1, int(math.log(max(context, 1.0) / SHORT_CONTEXT, CONTEXT_BAND_RATIO) + 1e-9)
+               if context > SHORT_CONTEXT else 0)
 
 
 def cost_clock(device: torch.device | str) -> Callable[[], float]:
@@ -208,8 +224,9 @@ class CostTable:
 
     curves: dict[tuple[bool, int], VerifyCurve] = field(default_factory=dict)  # (packed, batch bucket)
     scale: dict[bool, float] = field(default_factory=dict)  # observed / measured, smoothed, per packing
-    # What the scale leaves, per (packed, bucket, grid point): e.g. trees cost more than the chains measured.
-    corrections: dict[tuple[bool, int, int], float] = field(default_factory=dict)
+    # What the scale leaves, per (packed, bucket, grid point, `context_band`): e.g. trees cost more than the
+    # chains measured.
+    corrections: dict[tuple[bool, int, int, int], float] = field(default_factory=dict)
     drafters: dict[str, LinearFit] = field(default_factory=dict)  # seconds ~ draft_features(...)
     # Engine seconds per step outside draft and verify, a running mean per drafter of the call (its own
     # `observe` is part of it; one mean for all let a draft model's bookkeeping price anpd's steps) and per
@@ -226,8 +243,8 @@ class CostTable:
     # A drafter's one-off work when first asked to draft a row (`Drafter.prepare`: a draft model's prefill):
     # seconds ~ [1, tokens fed / CONTEXT_UNIT] (a fixed part, ~1 ms for a small draft on this CPU, and per token).
     prepares: dict[str, LinearFit] = field(default_factory=dict)
-    # `verify_from`'s per-(packing, batch) terms; emptied by `changed()` whenever curves, scale or corrections move.
-    _terms: dict[tuple[bool, int], list[_CurveTerms]] = field(default_factory=dict, repr=False, compare=False)
+    # `verify_from`'s per-(packing, batch, context band) terms; emptied by `changed()` whenever curves, scale or corrections move.
+    _terms: dict[tuple[bool, int, int], list[_CurveTerms]] = field(default_factory=dict, repr=False, compare=False)
 
     def overhead(self, drafter: str, drafted: bool = True) -> float:
         """Engine seconds of a step outside draft and verify in calls of `drafter`, for a step that verifies
@@ -247,15 +264,17 @@ class CostTable:
         low, high = _buckets(batch)
         extra = max(0.0, inputs - batch)
         scale = self.scale.get(packed, 1.0)
+        band = context_band(context)
         low_curve, high_curve = self.curves.get((packed, low)), self.curves.get((packed, high))
         if low_curve is None or high_curve is None:
             curve = low_curve or high_curve or next(iter(self.curves.values()), None)
-            return 0.0 if curve is None else scale * curve.at(extra, context) * self._correction(packed, curve, extra)
-        low_seconds = low_curve.at(extra, context) * self._correction(packed, low_curve, extra)
+            return 0.0 if curve is None else (scale * curve.at(extra, context)
+                                              * self._correction(packed, curve, extra, band))
+        low_seconds = low_curve.at(extra, context) * self._correction(packed, low_curve, extra, band)
         if low == high:
             return scale * low_seconds
         share = (batch - low) / (high - low)
-        high_seconds = high_curve.at(extra, context) * self._correction(packed, high_curve, extra)
+        high_seconds = high_curve.at(extra, context) * self._correction(packed, high_curve, extra, band)
         return scale * ((1 - share) * low_seconds + share * high_seconds)
 
     def verify_from(self, batch: int, first: int, count: int, packed: bool = True,
@@ -265,7 +284,7 @@ class CostTable:
         CPU). Equal to `verify` up to rounding."""
         packed = packed or batch <= 1
         offset = first - batch  # extra inputs at k = 0
-        terms = self._curve_terms(packed, batch, max(0, offset + count - 1))
+        terms = self._curve_terms(packed, batch, max(0, offset + count - 1), context_band(context))
         scale = self.scale.get(packed, 1.0)
         out = [0.0] * count
         for term in terms:
@@ -275,9 +294,10 @@ class CostTable:
                 out[k] += weight * (base[extra] + share * slope[extra])
         return out
 
-    def _curve_terms(self, packed: bool, batch: int, upto: int) -> list[_CurveTerms]:
-        """The curves `verify` reads for this batch, with their weights and per-extra-input values."""
-        key = (packed, batch)
+    def _curve_terms(self, packed: bool, batch: int, upto: int, band: int) -> list[_CurveTerms]:
+        """The curves `verify` reads for this batch, with their weights and per-extra-input values (corrected for
+        contexts in `band`)."""
+        key = (packed, batch, band)
         terms = self._terms.get(key)
         if terms is not None and all(len(t.base) > upto for t in terms):
             return terms
@@ -292,15 +312,15 @@ class CostTable:
         else:
             share = (batch - low) / (high - low)
             weighted = [(1 - share, low_curve), (share, high_curve)]
-        terms = [_CurveTerms.of(weight, curve, size, lambda c, e: self._correction(packed, c, e))
+        terms = [_CurveTerms.of(weight, curve, size, lambda c, e: self._correction(packed, c, e, band))
                  for weight, curve in weighted]
         self._terms[key] = terms
         return terms
 
-    def _correction(self, packed: bool, curve: VerifyCurve, extra: float) -> float:
+    def _correction(self, packed: bool, curve: VerifyCurve, extra: float, band: int) -> float:
         if not self.corrections:
             return 1.0
-        return self.corrections.get((packed, curve.batch, nearest(curve.extras, extra)), 1.0)
+        return self.corrections.get((packed, curve.batch, nearest(curve.extras, extra), band), 1.0)
 
     def draft(self, name: str, levels: float, nodes: float, lag: float = 0.0, context: float | None = None) -> float:
         """Seconds of a drafter's propose that drafts `nodes` nodes over `levels` tree levels (0: nothing),
@@ -441,7 +461,7 @@ class CostModel:
     def observe_verify(self, batch: int, inputs: int, packed: bool, seconds: float,
                        context: float | None = None) -> None:
         """Smooth the ratio of a real forward's time to the curve (geometric, so one outlier moves
-        little) into the scale, and what the scale leaves into the correction of the nearest width."""
+        little) into the scale, and what the scale leaves into the correction of the nearest width (in the context's band)."""
         table = self.live
         packed = packed or batch <= 1
         scale = table.scale.get(packed, 1.0)
@@ -460,7 +480,7 @@ class CostModel:
             curve = table.curves.get((packed, bucket))
             if curve is None or part <= 0:
                 continue
-            key = (packed, bucket, nearest(curve.extras, max(0.0, inputs - batch)))
+            key = (packed, bucket, nearest(curve.extras, max(0.0, inputs - batch)), context_band(context))
             old = table.corrections.get(key, 1.0)
             table.corrections[key] = min(4.0, max(0.25, math.exp(math.log(old) + 0.25 * part * math.log(ratio))))
         table.changed()

@@ -31,6 +31,7 @@ from specdec.costs import (
     CostTable,
     LinearFit,
     VerifyCurve,
+    context_band,
     cost_model_for,
     draft_features,
 )
@@ -779,6 +780,26 @@ def test_costs_between_buckets_correct_the_curves_they_are_read_from():
         model.observe_verify(15, 15, True, truth)
     assert table.verify(15, 15) == pytest.approx(truth, rel=0.05)
     assert table.scale[True] < 1.15
+
+
+def test_corrections_learnt_behind_long_contexts_do_not_price_short_ones():
+    """Per-width corrections are kept per band of context (`context_band`): plain steps behind 1000-token
+    documents that cost more than the curve's context line says (on this CPU ~8% more, and most of a RAG
+    request's steps are plain) no longer make a short row's plain step dearer than its drafted ones."""
+    model = CostModel("test")
+    model.live.curves[(True, 1)] = VerifyCurve(1, GRID, CPU_LIKE, 32, 512, tuple(1.2 * x for x in CPU_LIKE))
+    table = model.table()
+    assert [context_band(c) for c in (None, 40, 127, 128, 511, 512, 1000, 2048, 10**6)] == [0, 0, 0, 1, 1, 2, 2, 3, 3]
+    short_plain, short_drafted = table.verify(1, 1, True, 40), table.verify(1, 3, True, 40)
+    long_truth = 1.3 * table.verify(1, 1, True, 1000)
+    for _ in range(80):  # long rows decode plainly, dearer than priced; short rows draft, as priced
+        model.observe_verify(1, 1, True, long_truth, 1000)
+        model.observe_verify(1, 3, True, table.verify(1, 3, True, 40), 40)
+    assert table.verify(1, 1, True, 1000) == pytest.approx(long_truth, rel=0.05)
+    assert table.verify(1, 1, True, 40) < table.verify(1, 3, True, 40)  # a plain step stays the cheaper
+    assert table.verify(1, 1, True, 40) / short_plain == pytest.approx(table.verify(1, 3, True, 40) / short_drafted,
+                                                                        rel=0.02)
+    assert table.verify_from(1, 1, 3, True, 40) == pytest.approx([table.verify(1, w, True, 40) for w in (1, 2, 3)])
 
 
 def test_live_decisions_learn_costs():
