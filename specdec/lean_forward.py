@@ -30,6 +30,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .attention import lone_query
+
 _FAMILIES = ("llama", "mistral", "qwen2")
 
 
@@ -293,8 +295,12 @@ class FastDraftForward:
                 keys, values = layer.keys[:, :, :attend_len], layer.values[:, :, :attend_len]
                 if rows is not None:
                     keys, values = keys.index_select(0, rows_d), values.index_select(0, rows_d)
-                attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=spec["scaling"],
-                                                      enable_gqa=self.kv_heads != self.heads)
+                doubled = lone_query(q, mask)  # (a draft token at a time: CPU half precision's slow one-row case)
+                attn = F.scaled_dot_product_attention(q if doubled is None else doubled[0], keys, values,
+                                                      attn_mask=mask if doubled is None else doubled[1],
+                                                      scale=spec["scaling"], enable_gqa=self.kv_heads != self.heads)
+                if doubled is not None:
+                    attn = attn[:, :, :1]
                 attn = attn.transpose(1, 2).reshape(batch, steps, q_size)
                 hidden = hidden + spec["o"](attn)
             if feed_forward is not None:
