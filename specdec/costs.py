@@ -80,10 +80,9 @@ def context_band(context: float | None) -> int:
     CPU a step behind a 1000-token document costs ~8% more than the line through the two measured contexts says,
     and RAG rows, plain on most steps, raised the plain step's correction to ~1.15 while short rows' drafted steps
     lowered theirs, so short rows priced a plain step 25% above a 2-input one and cut anpd's chains to 2-3 tokens."""
-    if context is None or context <= 0:
+    if context is None or context <= SHORT_CONTEXT:
         return 0
-    return min(CONTEXT_BANDS - 1, int(math.log(max(context, 1.0) / SHORT_CONTEXT, CONTEXT_BAND_RATIO) + 1e-9)
-               if context > SHORT_CONTEXT else 0)
+    return min(CONTEXT_BANDS - 1, int(math.log(context / SHORT_CONTEXT, CONTEXT_BAND_RATIO) + 1e-9))
 
 
 def cost_clock(device: torch.device | str) -> Callable[[], float]:
@@ -243,7 +242,8 @@ class CostTable:
     # A drafter's one-off work when first asked to draft a row (`Drafter.prepare`: a draft model's prefill):
     # seconds ~ [1, tokens fed / CONTEXT_UNIT] (a fixed part, ~1 ms for a small draft on this CPU, and per token).
     prepares: dict[str, LinearFit] = field(default_factory=dict)
-    # `verify_from`'s per-(packing, batch, context band) terms; emptied by `changed()` whenever curves, scale or corrections move.
+    # `verify_from`'s per-(packing, batch, context band) terms; emptied by `changed()` whenever curves, scale or
+    # corrections move.
     _terms: dict[tuple[bool, int, int], list[_CurveTerms]] = field(default_factory=dict, repr=False, compare=False)
 
     def overhead(self, drafter: str, drafted: bool = True) -> float:
@@ -461,7 +461,8 @@ class CostModel:
     def observe_verify(self, batch: int, inputs: int, packed: bool, seconds: float,
                        context: float | None = None) -> None:
         """Smooth the ratio of a real forward's time to the curve (geometric, so one outlier moves
-        little) into the scale, and what the scale leaves into the correction of the nearest width (in the context's band)."""
+        little) into the scale, and what the scale leaves into the correction of the nearest width, in the
+        context's band."""
         table = self.live
         packed = packed or batch <= 1
         scale = table.scale.get(packed, 1.0)

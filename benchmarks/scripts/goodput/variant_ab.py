@@ -10,7 +10,8 @@ the cell's, summed over a category's prompts and the rounds; steps and draft for
 A cell is `name[:key=value,...][+switch...]`; switches: `noexit` (the chain exit never stops a row),
 `nocalibration` (scores read by the square-root rule, `acceptance.default_factors`), `noscores` (the cut
 ignores the draft's scores), `nodiscount` (failed probes do not make later ones rarer), `norest` (a free drafter
-whose looks were cut to nothing never rests).
+whose looks were cut to nothing never rests), `softlow` / `nolow` (the square-root score rule scales a low score's
+chance down to 0.8 / not at all, instead of 0.5).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ SWITCHES = {
     "nodiscount": lambda: mock.patch.object(goodput.GoodputController, "_probe_discount", lambda self, name: 1.0),
     "norest": lambda: mock.patch.object(goodput.GoodputController, "_count_look",
                                         lambda self, row, name, fruitful: None),
+    "softlow": lambda: mock.patch.object(acceptance, "_square_root_rule",
+                                         lambda log_ratio: min(2.0, max(0.8, 2.0 ** (log_ratio / 2)))),
+    "nolow": lambda: mock.patch.object(acceptance, "_square_root_rule",
+                                       lambda log_ratio: min(2.0, max(1.0, 2.0 ** (log_ratio / 2)))),
 }
 
 
