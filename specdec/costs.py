@@ -76,10 +76,12 @@ def draft_features(levels: float, nodes: float, lag: float = 0.0, context: float
 
 def context_band(context: float | None) -> int:
     """The band of cached context a per-width correction is kept for (0: up to CONTEXT_BAND_RATIO x SHORT_CONTEXT
-    tokens, or unknown). One correction for every context absorbed what the curve's context line misses: on this
-    CPU a step behind a 1000-token document costs ~8% more than the line through the two measured contexts says,
-    and RAG rows, plain on most steps, raised the plain step's correction to ~1.15 while short rows' drafted steps
-    lowered theirs, so short rows priced a plain step 25% above a 2-input one and cut anpd's chains to 2-3 tokens."""
+    tokens, or unknown). One correction for every context absorbed what the curve's context line misses behind long
+    prompts into the prices of short ones: with the bundled target in bfloat16 on this CPU (before
+    `specdec.attention.lone_query`) a plain step behind a 1000-token document cost ~20% more than the line through
+    the two measured contexts said; RAG rows, plain on most steps, raised the plain step's correction to ~1.15
+    while short rows' drafted steps lowered theirs, so short rows priced a plain step 25% above a 2-input one and
+    cut anpd's chains to 2-3 tokens. (In float32 the bands' plain corrections come out alike, 0.90-0.95.)"""
     if context is None or context <= SHORT_CONTEXT:
         return 0
     return min(CONTEXT_BANDS - 1, int(math.log(context / SHORT_CONTEXT, CONTEXT_BAND_RATIO) + 1e-9))

@@ -784,8 +784,8 @@ def test_costs_between_buckets_correct_the_curves_they_are_read_from():
 
 def test_corrections_learnt_behind_long_contexts_do_not_price_short_ones():
     """Per-width corrections are kept per band of context (`context_band`): plain steps behind 1000-token
-    documents that cost more than the curve's context line says (on this CPU ~8% more, and most of a RAG
-    request's steps are plain) no longer make a short row's plain step dearer than its drafted ones."""
+    documents that cost more than the curve's context line says (most of a RAG request's steps are plain) no
+    longer make a short row's plain step dearer than its drafted ones."""
     model = CostModel("test")
     model.live.curves[(True, 1)] = VerifyCurve(1, GRID, CPU_LIKE, 32, 512, tuple(1.2 * x for x in CPU_LIKE))
     table = model.table()
