@@ -50,18 +50,19 @@ _VIEWS: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[int, ...], torch.
     weakref.WeakKeyDictionary())
 
 
-#: Dtypes of torch's CPU flash-attention kernel that is ~4x slower for one query row than for two (`lone_query`).
-_SLOW_LONE_QUERY = (torch.bfloat16, torch.float16)
+#: Dtypes in which torch's CPU flash-attention kernel is ~4x slower for one query row than for two (`lone_query`);
+#: in float16 and float32 one row is not the slower (float16: 0.74 against 0.77 ms over 900 keys).
+_SLOW_LONE_QUERY = (torch.bfloat16,)
 
 
 def lone_query(query: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """A one-row query [B, H, 1, D] (and its mask [B, 1 or H, 1, S]) repeated to two rows, where SDPA computes two
-    rows faster than one: torch 2.13's CPU flash-attention kernel in bfloat16/float16 takes 0.44 ms for one query
-    row over 900 keys and 0.11 ms for two (in float32 one row is the faster), so every plain decoding step of a
-    half-precision model on a CPU paid ~2.5 ms of a 10 ms step behind a 1000-token prompt (the bundled target in
+    rows faster than one: torch 2.13's CPU flash-attention kernel in bfloat16 takes 0.44 ms for one query row over
+    900 keys and 0.11 ms for two (in float32 and float16 one row is not the slower), so every plain decoding step of
+    a bfloat16 model on a CPU paid ~2.5 ms of a 10 ms step behind a 1000-token prompt (the bundled target in
     bfloat16, its checkpoint's dtype). Each row is computed on its own; the pair's first row is the lone row's result as the two-row
     kernel rounds it (in 5 of 200 random shapes it differed from the one-row kernel's in the last bit, as any other
-    kernel choice may). None where the query is not one row, not on a CPU, or not in those dtypes."""
+    kernel choice may). None where the query is not one row, not on a CPU, or not in bfloat16."""
     if query.shape[2] != 1 or query.device.type != "cpu" or query.dtype not in _SLOW_LONE_QUERY:
         return None
     if mask is not None:
@@ -74,7 +75,7 @@ def grouped_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
     """query [B, H, T, D], key/value [B, Hkv, S, D] -> [B, T, H, D]. With a mask and fewer KV heads than query
     heads, the G = H / Hkv query heads of each KV head are folded into the query length (never expanding
     the keys and values); otherwise transformers' SDPA path, which needs no expansion then. A one-row query
-    on a CPU in half precision runs as two rows (`lone_query`)."""
+    on a CPU in bfloat16 runs as two rows (`lone_query`)."""
     batch, heads, steps, dim = query.shape
     kv_heads = key.shape[1]
     doubled = lone_query(query, attention_mask) if attention_mask is None or kv_heads == heads else None

@@ -295,7 +295,7 @@ class FastDraftForward:
                 keys, values = layer.keys[:, :, :attend_len], layer.values[:, :, :attend_len]
                 if rows is not None:
                     keys, values = keys.index_select(0, rows_d), values.index_select(0, rows_d)
-                doubled = lone_query(q, mask)  # (a draft token at a time: CPU half precision's slow one-row case)
+                doubled = lone_query(q, mask)  # (a draft token at a time: CPU bfloat16's slow one-row case)
                 attn = F.scaled_dot_product_attention(q if doubled is None else doubled[0], keys, values,
                                                       attn_mask=mask if doubled is None else doubled[1],
                                                       scale=spec["scaling"], enable_gqa=self.kv_heads != self.heads)
