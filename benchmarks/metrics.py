@@ -19,6 +19,7 @@ from collections import defaultdict
 from typing import Any
 
 from .cells import Cell
+from .ties import first_difference
 
 OVERALL = "overall"
 
@@ -139,8 +140,7 @@ def equality(cell: Cell, record: dict[str, Any], reference: dict[str, Any] | Non
                 continue
             mismatches += 1
             if first is None:
-                position = next((i for i, (a, b) in enumerate(zip(turn["tokens"], want["tokens"])) if a != b),
-                                min(len(turn["tokens"]), len(want["tokens"])))
+                position = first_difference(turn["tokens"], want["tokens"])
                 first = {"sample_id": sample["sample_id"], "turn": t, "position": position,
                          **({"gap": parted["gap"], "tolerance": parted["tolerance"]} if parted else {})}
     claims_lossless = cell.method != "specdec" or record.get("verifier_lossless") is not False

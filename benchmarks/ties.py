@@ -31,13 +31,19 @@ def tie_tolerance(logits: torch.Tensor, dtype: torch.dtype, units: float = TIE_U
     return units * torch.finfo(dtype).eps * max(1.0, float(logits.abs().max()))
 
 
+def first_difference(ours: Sequence[int], reference: Sequence[int]) -> int:
+    """The first position where two token lists differ (the shorter one's length where one is a prefix of the
+    other; equal lists give their length)."""
+    return next((i for i, (a, b) in enumerate(zip(ours, reference)) if a != b), min(len(ours), len(reference)))
+
+
 @torch.no_grad()
 def parting(model: Any, prompt: Sequence[int], ours: Sequence[int], reference: Sequence[int],
             stop_tokens: Collection[int] = (), units: float = TIE_UNITS) -> dict[str, Any] | None:
     """None when `ours` equals `reference`; else the first position where they differ, the gap between the best
     logit there (on the reference's prefix) and the logit of the token `ours` took (a stop token where `ours`
     ended first), the tolerance, and whether that is a tie."""
-    position = next((i for i, (a, b) in enumerate(zip(ours, reference)) if a != b), min(len(ours), len(reference)))
+    position = first_difference(ours, reference)
     if position == len(ours) == len(reference):
         return None
     chosen = ours[position] if position < len(ours) else min(stop_tokens, default=None)

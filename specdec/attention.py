@@ -58,11 +58,12 @@ _SLOW_LONE_QUERY = (torch.bfloat16,)
 def lone_query(query: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """A one-row query [B, H, 1, D] (and its mask [B, 1 or H, 1, S]) repeated to two rows, where SDPA computes two
     rows faster than one: torch 2.13's CPU flash-attention kernel in bfloat16 takes 0.44 ms for one query row over
-    900 keys and 0.11 ms for two (in float32 and float16 one row is not the slower), so every plain decoding step of
-    a bfloat16 model on a CPU paid ~2.5 ms of a 10 ms step behind a 1000-token prompt (the bundled target in
-    bfloat16, its checkpoint's dtype). Each row is computed on its own; the pair's first row is the lone row's result as the two-row
-    kernel rounds it (in 5 of 200 random shapes it differed from the one-row kernel's in the last bit, as any other
-    kernel choice may). None where the query is not one row, not on a CPU, or not in bfloat16."""
+    900 keys and 0.11 ms for two (in float32 and float16 one row is not the slower), so every plain decoding step
+    of a bfloat16 model on a CPU paid ~2.5 ms of a 10 ms step behind a 1000-token prompt (the bundled target in
+    bfloat16, its checkpoint's dtype). Each row is computed on its own; the pair's first row is the lone row's
+    result as the two-row kernel rounds it (in 5 of 200 random shapes it differed from the one-row kernel's in the
+    last bit, as any other kernel choice may). None where the query is not one row, not on a CPU, or not in
+    bfloat16."""
     if query.shape[2] != 1 or query.device.type != "cpu" or query.dtype not in _SLOW_LONE_QUERY:
         return None
     if mask is not None:

@@ -85,3 +85,4 @@ def test_phase_timings_add_up_on_the_test_device() -> None:
     stats = out.stats
     assert stats.draft_time > 0 and stats.verify_time > 0 and stats.other_time >= 0
     assert stats.wall_time <= wall * 1.01
+    assert stats.prefill_time + stats.draft_time + stats.verify_time + stats.other_time <= stats.wall_time * 1.01

@@ -41,6 +41,12 @@ def _cut_without_scores(self, draft, plan, seconds, scoring=None):
     return _CUT(self, draft, plan, seconds, scoring)
 
 
+def _score_rule_floor(floor: float):
+    """The square-root score rule with its lower bound at `floor` (0.5 in `acceptance._square_root_rule`)."""
+    return mock.patch.object(acceptance, "_square_root_rule",
+                             lambda log_ratio: min(2.0, max(floor, 2.0 ** (log_ratio / 2))))
+
+
 SWITCHES = {
     "noexit": lambda: mock.patch.object(chain_exit.ChainExit, "keep_drafting",
                                         lambda self, depth, scores, rows=None: [True] * len(scores)),
@@ -50,10 +56,8 @@ SWITCHES = {
     "nodiscount": lambda: mock.patch.object(goodput.GoodputController, "_probe_discount", lambda self, name: 1.0),
     "norest": lambda: mock.patch.object(goodput.GoodputController, "_count_look",
                                         lambda self, row, name, fruitful: None),
-    "softlow": lambda: mock.patch.object(acceptance, "_square_root_rule",
-                                         lambda log_ratio: min(2.0, max(0.8, 2.0 ** (log_ratio / 2)))),
-    "nolow": lambda: mock.patch.object(acceptance, "_square_root_rule",
-                                       lambda log_ratio: min(2.0, max(1.0, 2.0 ** (log_ratio / 2)))),
+    "softlow": lambda: _score_rule_floor(0.8),
+    "nolow": lambda: _score_rule_floor(1.0),
 }
 
 
