@@ -53,6 +53,13 @@ SCORE_BIN_EDGES = (-1.5, -0.75, -0.25, 0.25, 0.75, 1.5)
 SCORE_BIN_CENTRES = (-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0)
 #: Weight (in expected acceptances) of a bin's prior factor against what its verdicts say.
 CALIBRATION_WEIGHT = 2.0
+#: Bins of a node's conditional score itself (`RowAcceptance.by_score`): the upper edges, and each bin's
+#: prior acceptance (the score taken as a probability, about the bin's middle).
+ABSOLUTE_BIN_EDGES = (0.02, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9)
+ABSOLUTE_BIN_PRIORS = (0.01, 0.035, 0.075, 0.15, 0.25, 0.375, 0.525, 0.675, 0.825, 0.95)
+#: Weight (in trials) of an absolute bin's prior, and how much of a bin's counts each new trial there keeps.
+ABSOLUTE_WEIGHT = 2.0
+ABSOLUTE_DECAY = 0.85
 
 
 def _square_root_rule(log_ratio: float) -> float:
@@ -67,6 +74,11 @@ def score_bin(score: float, mean: float) -> int | None:
         return None
     ratio = math.log2(max(score, 1e-9) / mean)
     return sum(ratio > edge for edge in SCORE_BIN_EDGES)
+
+
+def absolute_bin(score: float) -> int:
+    """The bin of a conditional score read as a probability (`RowAcceptance.by_score`)."""
+    return sum(score >= edge for edge in ABSOLUTE_BIN_EDGES)
 
 
 def default_factors() -> list[float]:
@@ -109,6 +121,11 @@ class RowAcceptance:
     score_prior: list[float] = field(default_factory=default_factors)
     score_hits: list[float] = field(default_factory=lambda: [0.0] * (len(SCORE_BIN_EDGES) + 1))
     score_expected: list[float] = field(default_factory=lambda: [0.0] * (len(SCORE_BIN_EDGES) + 1))
+    # Acceptance by the conditional score's own value (`by_score`): per absolute bin, the prior and the decayed
+    # accepted and judged counts.
+    absolute_prior: list[float] = field(default_factory=lambda: list(ABSOLUTE_BIN_PRIORS))
+    absolute_hits: list[float] = field(default_factory=lambda: [0.0] * len(ABSOLUTE_BIN_PRIORS))
+    absolute_trials: list[float] = field(default_factory=lambda: [0.0] * len(ABSOLUTE_BIN_PRIORS))
 
     def _start(self, position: int) -> float:
         """Before any verdict at a position: the prior, else (for drafters that score) the mean score
@@ -162,17 +179,21 @@ class RowAcceptance:
         return self.node_estimates(parents, scores, explore)[0]
 
     def node_estimates(self, parents: Sequence[int], scores: Sequence[float] | None = None,
-                       explore: bool = False) -> tuple[list[float], list[tuple[int | None, float]]]:
+                       explore: bool = False, calibrated: bool | None = None
+                       ) -> tuple[list[float], list[tuple[int | None, float]]]:
         """`node_probs`, and per node what its verdict teaches the score calibration (`observe`): its score's
         bin (None: unscored) and its conditional estimate before the score was read. Scores are read through
         the learnt calibration (`factors`) for drafters planned before drafting (`explore`: layer_skip's
         confidences), where it stops their chains (specdec.chain_exit) and cuts them; a free drafter's (anpd's
-        match quality) keep the square-root rule: learnt, they lost anpd 1.4% of its speed (8% on mt_bench prompts)
-        in an interleaved A/B, where layer_skip gained 1-6% (three runs)."""
+        match quality) keep the square-root rule: learnt from the nodes a cut kept, they lost anpd 1.4% of its speed
+        (8% on mt_bench prompts) in an interleaved A/B, where layer_skip gained 1-6% (three runs). `calibrated`
+        (default: `explore`) says which to use: the learnt calibration is unbiased for a drafter cut by its scores
+        only where the verdicts also judge the nodes cut away (hindsight, `specdec.controller.hindsight`)."""
         out: list[float] = []
         conditionals: list[float] = []
         readings: list[tuple[int | None, float]] = []
-        factors = self.factors() if scores is not None and explore else None
+        calibrated = explore if calibrated is None else calibrated
+        factors = self.factors() if scores is not None and calibrated else None
         for i, parent in enumerate(parents):
             chained = explore and parent == i - 1
             c = self.conditional(i, chained, conditionals[parent] if chained and parent >= 0 else None)
@@ -184,6 +205,29 @@ class RowAcceptance:
             out.append(c * (out[parent] if parent >= 0 else 1.0))
         return out, readings
 
+    def by_score(self, parents: Sequence[int], scores: Sequence[float]
+                 ) -> tuple[list[float], list[tuple[int | None, float]]]:
+        """`node_estimates` for a drafter cut by its scores whose every cut node is judged too (hindsight,
+        `specdec.controller.hindsight`): a node's conditional is the acceptance learnt for its conditional
+        score's own value (`absolute_bin`), whatever its position. Read against its position's mean instead,
+        anpd's match score put nodes the cut dropped at a third of what they were accepted at (0.13 against
+        0.31 for scores 0.3-0.5), where the score's value alone matched the verdicts (0.33; 0.69 for 0.5-0.7).
+        Readings carry the absolute bin."""
+        out: list[float] = []
+        readings: list[tuple[int | None, float]] = []
+        for i, parent in enumerate(parents):
+            index = absolute_bin(scores[i])
+            c = (self.absolute_hits[index] + ABSOLUTE_WEIGHT * self.absolute_prior[index]) / (
+                self.absolute_trials[index] + ABSOLUTE_WEIGHT)
+            readings.append((index, c))
+            out.append(c * (out[parent] if parent >= 0 else 1.0))
+        return out, readings
+
+    def absolute(self) -> list[float]:
+        """Per absolute bin, the acceptance `by_score` reads (a new row's prior, `fork`)."""
+        return [(hits + ABSOLUTE_WEIGHT * prior) / (trials + ABSOLUTE_WEIGHT)
+                for prior, hits, trials in zip(self.absolute_prior, self.absolute_hits, self.absolute_trials)]
+
     def factors(self) -> list[float]:
         """Per score bin, how much likelier than its position's estimate a node scored there is accepted: the
         verified nodes' acceptances over their estimates, starting from the prior factor (`score_prior`)."""
@@ -191,24 +235,32 @@ class RowAcceptance:
                 for prior, hits, expected in zip(self.score_prior, self.score_hits, self.score_expected)]
 
     def observe(self, parents: Sequence[int], accepted: Sequence[bool], age: bool = False,
-                readings: Sequence[tuple[int | None, float]] | None = None) -> None:
+                readings: Sequence[tuple[int | None, float]] | None = None,
+                known: Sequence[bool] | None = None, calibrate: bool | None = None, by_score: bool = False) -> None:
         """Verdict of one step over the verified nodes in position order: a node is a trial of its
         position's conditional when its parent was accepted (or is the root). `age`: the counts of positions
         the step did not verify age (drafters whose estimates are read with `explore`, see `conditional`);
         not for a free drafter's, whose deep positions would then swing with each verdict (anpd, cut by
         them, fell from 105% to 91% of its constant rule on mt_bench and summarization prompts).
         `readings`: the verified nodes' (score bin, estimate) from `node_estimates`, which the trials teach
-        the score calibration (of explored drafters only, see `node_estimates`)."""
+        the score calibration when `calibrate` (default: `age`, explored drafters; see `node_estimates`).
+        `known`: which nodes' verdicts are known (None: all); the others are no trials (nodes below one cut away,
+        judged in hindsight). `by_score`: the readings are `by_score`'s, and teach its bins instead."""
+        calibrate = age if calibrate is None else calibrate
         while len(self.trials) < len(accepted):  # the prior enters as pseudo-counts that decay too
             self.hits.append(self.weight * self._start(len(self.trials)))
             self.trials.append(self.weight)
         for i, (parent, hit) in enumerate(zip(parents, accepted)):
-            if parent >= 0 and not accepted[parent]:
+            if (parent >= 0 and not accepted[parent]) or (known is not None and not known[i]):
                 continue
             self.hits[i] = self.decay * self.hits[i] + float(hit)
             self.trials[i] = self.decay * self.trials[i] + 1.0
-            index, estimate = readings[i] if age and readings is not None and i < len(readings) else (None, 0.0)
-            if index is not None:
+            index, estimate = readings[i] if calibrate and readings is not None and i < len(readings) else (None, 0.0)
+            if index is not None and by_score:
+                decay = max(self.decay, ABSOLUTE_DECAY)  # (pooled estimates keep their slower decay)
+                self.absolute_hits[index] = decay * self.absolute_hits[index] + float(hit)
+                self.absolute_trials[index] = decay * self.absolute_trials[index] + 1.0
+            elif index is not None:
                 self.score_hits[index] = self.decay * self.score_hits[index] + float(hit)
                 self.score_expected[index] = self.decay * self.score_expected[index] + estimate
         for i in range(len(accepted), len(self.trials) if age else 0):  # not verified this step: they age
@@ -240,4 +292,5 @@ class RowAcceptance:
         """A fresh estimate whose prior is this one (pooled rows -> a new row's starting point)."""
         count = max(len(self.trials), len(self.prior), 1)
         return RowAcceptance(prior=[self.conditional(i) for i in range(count)], weight=weight, decay=decay,
-                             score_mean=list(self.score_mean), score_prior=self.factors())
+                             score_mean=list(self.score_mean), score_prior=self.factors(),
+                             absolute_prior=self.absolute())

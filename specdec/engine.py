@@ -66,6 +66,7 @@ class StepOutcome:
     tokens: list[list[int]]  # the accepted nodes' tokens per row
     paths: list[list[int]] | None  # accepted node indices per row (trees; None: a chain's are 0, 1, ...)
     depths: list[int]  # each row's deepest drafted node
+    proposed: list[list[int]] | None = None  # the uncut draft's tokens per row, when the cut dropped some
 
 
 @dataclass
@@ -250,7 +251,7 @@ class SpeculativeEngine:
             self._ensure(model_costs, target, 1)
             table = model_costs.snapshot()
         return GoodputController(members, model_costs, table, live, target.packed_inputs, options,
-                                 cost_clock(self.device), self.drafter.name)
+                                 cost_clock(self.device), self.drafter.name, self.verifier.accepts_target_choice)
 
     def _ensure(self, model_costs: CostModel, target: TargetRunner, batch: int) -> float:
         """Curves for this batch and for one row fewer: what a row leaving saves (`row_weights`) is read from
@@ -412,7 +413,9 @@ class SpeculativeEngine:
             raise VerifierError(f"verifier {self.verifier.name!r} raised: {error!r}") from error
         verdict_problem = verdict_problems(verdict, draft, self.verifier.name)
         marks.mark("verdict")
-        outcome = self._read_back(draft, verdict, depths, draft_problem, verdict_problem)
+        hindsight = cut is not None and any(spare is not None for spare in cut.spare)
+        outcome = self._read_back(draft, verdict, depths, draft_problem, verdict_problem,
+                                  draft_before_cut if hindsight else None)
         t3 = time.perf_counter()
         c3 = clock() if clock else 0.0
 
@@ -457,16 +460,19 @@ class SpeculativeEngine:
                 else (c3 - c2) + (c4 - c3) + (c_plan - c0 - prepared_clock) + (c1 - c_proposed),
                 "draft": drafting, "draft_by_member": {} if plan.plain else self._draft_costs(draft_before_cut, drafting),
                 "prepare_by_member": None if plan.plain else self._prepare_costs(prepared_clock)},
-                outcome.accepted, outcome.paths)
+                outcome.accepted, outcome.paths,
+                [tokens + [bonus] for tokens, bonus in zip(outcome.tokens, outcome.bonus)] if hindsight else None,
+                outcome.proposed)
             if finished:
                 controller.forget([row for row in state.row_ids if row not in finished])
             stats.other_time += time.perf_counter() - t4  # the controller's own learning
         return finished
 
     def _read_back(self, draft: Draft, verdict: Verdict, depths: torch.Tensor, draft_problem: torch.Tensor | None,
-                   verdict_problem: torch.Tensor | None) -> StepOutcome:
+                   verdict_problem: torch.Tensor | None, proposed: Draft | None = None) -> StepOutcome:
         """The step's one read of device data: accepted counts, bonus tokens, accepted tokens, the two
-        validation flags, and for trees the accepted paths and each row's deepest node, packed into one
+        validation flags, for trees the accepted paths and each row's deepest node, and the tokens of the
+        uncut draft `proposed` (when the controller learns in hindsight what it cut), packed into one
         tensor. Raises for an invalid draft or verdict before anything is committed."""
         batch, width = draft.batch_size, draft.width
         device = self.device
@@ -483,6 +489,8 @@ class SpeculativeEngine:
         if tree:
             node_depths = depths[:, 1 : 1 + width] * draft.node_mask()
             parts += [path.reshape(-1), node_depths.max(dim=1).values]
+        if proposed is not None:
+            parts.append(proposed.tokens.to(device).long().reshape(-1))
         values = torch.cat(parts).tolist()
         if values[2 * batch]:
             raise explain_draft(draft, self.drafter.name, self.vocab_size)
@@ -494,11 +502,18 @@ class SpeculativeEngine:
         offset += batch * columns
         if tree:
             paths = [values[offset + b * columns : offset + b * columns + count_list[b]] for b in range(batch)]
-            depth_list = values[offset + batch * columns :]
+            offset += batch * columns
+            depth_list = values[offset : offset + batch]
+            offset += batch
         else:
             paths = None
             depth_list = list(draft.host.sizes)  # a chain's deepest node is its last
-        return StepOutcome(count_list, values[batch : 2 * batch], token_rows, paths, depth_list)
+        proposed_rows = None
+        if proposed is not None:
+            proposed_width = proposed.width
+            proposed_rows = [values[offset + b * proposed_width : offset + (b + 1) * proposed_width]
+                             for b in range(batch)]
+        return StepOutcome(count_list, values[batch : 2 * batch], token_rows, paths, depth_list, proposed_rows)
 
     def _prepare(self, state: DecodeState, stats: GenerationStats,
                  clock: Callable[[], float] | None) -> tuple[float, float]:

@@ -181,6 +181,10 @@ class Verifier(ABC):
     Options: ClassVar[type[BaseModel]] = NoOptions
     #: Whether outputs are distributed exactly as sampling from the target alone.
     lossless: ClassVar[bool] = True
+    #: Whether a node is accepted exactly when its token is the target's choice after its parent (for the
+    #: path's last node, the bonus token). Then the goodput controller learns from a verdict whether the nodes
+    #: it cut away would have been accepted (`specdec.controller`, hindsight).
+    accepts_target_choice: ClassVar[bool] = False
 
     def __init__(self, options: BaseModel | None = None) -> None:
         self.options = options if options is not None else self.Options()

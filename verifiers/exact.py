@@ -65,6 +65,7 @@ class ExactVerifier(Verifier):
     name = "exact"
     description = "Exact match against the target's choice (argmax when greedy, a sample otherwise); lossless."
     lossless = True
+    accepts_target_choice = True
 
     def verify(
         self, draft: Draft, logits: torch.Tensor, sampling: SamplingParams, generator: RandomSource

@@ -11,7 +11,8 @@ A cell is `name[:key=value,...][+switch...]`; switches: `noexit` (the chain exit
 `nocalibration` (scores read by the square-root rule, `acceptance.default_factors`), `noscores` (the cut
 ignores the draft's scores), `nodiscount` (failed probes do not make later ones rarer), `norest` (a free drafter
 whose looks were cut to nothing never rests), `softlow` / `nolow` (the square-root score rule scales a low score's
-chance down to 0.8 / not at all, instead of 0.5).
+chance down to 0.8 / not at all, instead of 0.5), `nohindsight` (the controller does not learn from the verdicts
+whether the nodes it cut would have been accepted).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import specdec
 from specdec import acceptance, chain_exit
 from specdec import controller as goodput
 from specdec.target import context_length
+from specdec.verifiers.exact import ExactVerifier
 
 _CUT = goodput.GoodputController.cut
 
@@ -58,6 +60,7 @@ SWITCHES = {
                                         lambda self, row, name, fruitful: None),
     "softlow": lambda: _score_rule_floor(0.8),
     "nolow": lambda: _score_rule_floor(1.0),
+    "nohindsight": lambda: mock.patch.object(ExactVerifier, "accepts_target_choice", False),
 }
 
 
