@@ -1156,8 +1156,7 @@ class GoodputController:
                 # the whole batch off the quiet path (its plan, propose and cut: ~0.5 ms of a 17 ms step at
                 # batch 8 on this CPU, where 9 looks in 10 found nothing or were cut), so it counts.
                 if name in plan.cheap and (proposed or (self.live and batch > 1)):
-                    # (a look whose cut nodes were right in hindsight was not fruitless: the cut was wrong)
-                    self._count_look(row, name, fruitful=not drafted_nothing or (judged is not None and any(judged[1])))
+                    self._count_look(row, name, fruitful=not drafted_nothing)
             explored = name not in plan.cheap  # its estimates are read with explore (`_position_items`)
             if name is None or not cut.order[b]:
                 if judged is not None:
