@@ -29,6 +29,9 @@ Three times per step:
   follow their nodes). A sampled draft (q given) is only cut to the budget fixed before drafting, by node
   order: choosing which sampled nodes to verify by their own values would make the verified ones no
   longer draws from q and bias rejection sampling. So every cut here is lossless.
+  With a verifier that accepts a node exactly when it is the target's choice (`exact`), the verdict also
+  judges the nodes a deterministic draft's cut dropped below accepted ones (`hindsight`), and the estimates
+  learn from them too: otherwise what a cut keeps dropping is never corrected.
 
 Determinism. Decisions read timings, so they must not decide a sampled output that a seed promises to
 fix. Decisions are *live* (current costs, learning from this call, the batch priced as a whole) when

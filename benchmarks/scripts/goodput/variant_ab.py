@@ -25,12 +25,12 @@ from unittest import mock
 
 import torch
 from specdec.benchmarks.datasets import PromptBuilder, load_dataset
+from specdec.verifiers.exact import ExactVerifier
 
 import specdec
 from specdec import acceptance, chain_exit
 from specdec import controller as goodput
 from specdec.target import context_length
-from specdec.verifiers.exact import ExactVerifier
 
 _CUT = goodput.GoodputController.cut
 
