@@ -555,6 +555,20 @@ def test_inner_loop_sizing_takes_a_tree_where_width_is_cheap_and_plain_forwards_
     assert steep.tokens_per_second == steep.plain_tokens_per_second == pytest.approx(1e3)
     mild = size_inner_loop(accuracies, 1, lambda width: 1e-3 * (1 + 0.02 * width))
     assert 0 < mild.tree_size < max(INNER_SIZES)  # a tree, but not the widest: its last inputs cost more than they win
+    # The plain loop's own forward (int8 copies on a CPU) three times faster than the curve's one input: plain wins
+    cheap_plain = size_inner_loop(accuracies, 1, lambda width: 1e-3 * (1 + 0.02 * width), plain_seconds=1e-3 / 3)
+    assert (cheap_plain.tree_size, cheap_plain.plain_tokens_per_second) == (0, pytest.approx(3e3))
+
+
+def test_the_plain_loops_forward_is_timed_as_it_runs_and_leaves_the_draft_as_it_was() -> None:
+    from specdec.drafters.ppd.draft_model import plain_forward_seconds
+    from specdec.runner import LayerPlan, lean_forward_supports
+
+    draft = tiny_model("llama", seed=3)
+    before = {name: tensor.clone() for name, tensor in draft.state_dict().items()}
+    seconds = plain_forward_seconds(draft, LayerPlan.build(draft, lean=lean_forward_supports(draft)))
+    assert 0 < seconds < 1
+    assert all(torch.equal(before[name], tensor) for name, tensor in draft.state_dict().items())
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])  # specdec's fused forward, and transformers' (gpt2)
@@ -594,6 +608,7 @@ def test_ppd_draft_model_settles_its_inner_loop_once_per_draft_model(monkeypatch
     curves = iter([lambda width: 1e-3, lambda width: 1e-3 * width] * 4)  # flat (a tree pays), steep (none does)
     read = []
     monkeypatch.setattr(module, "row_forward_seconds", lambda model: read.append(model) or next(curves))
+    monkeypatch.setattr(module, "plain_forward_seconds", lambda model, plan: 1e-3)  # as both curves' one input
     target, draft = tiny_model("llama"), tiny_model("llama", seed=1)
 
     def run(draft_model):

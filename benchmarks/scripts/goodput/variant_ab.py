@@ -85,7 +85,7 @@ def main(argv: list[str]) -> None:
     for cell in cells:
         name, options, switches = _parse(cell)
         pair = specdec.load_default()
-        if name in ("draft_model", "ppd_draft_model"):
+        if name == "draft_model":  # (ppd_draft_model: its default draft and the prompts shipped for it)
             options["model"] = pair.draft
         setups[cell] = (pair.target, specdec.registry.create("drafter", name, options), switches)
 
