@@ -199,6 +199,7 @@ class Cut:
     readings: list[list[tuple[int | None, float]] | None] = field(default_factory=list)
     # hindsight (verifiers that accept the target's choice): per row the nodes cut away, or None
     spare: list[Spare | None] = field(default_factory=list)
+    by_score: list[bool] = field(default_factory=list)  # rows whose readings are `RowAcceptance.by_score`'s
 
 
 @dataclass
@@ -910,6 +911,7 @@ class GoodputController:
         readings: list[list[tuple[int | None, float]] | None] = [None] * batch  # (`RowAcceptance.observe`)
         items_rows: list[_Items] = []
         ups: list[list[int] | None] = []
+        by_score = [False] * batch
         root_extras: list[int] = []
         node_extras: list[float] = []
         for b in range(batch):
@@ -932,9 +934,11 @@ class GoodputController:
                 ups.append(None)
                 items_rows.append(_Items([], [], root if name is not None else 0, member=name))
                 continue
+            explore = name not in plan.cheap
+            by_score[b] = self._reads_by_score(row, name, explore)
             order, up, probs, reading = self._rank(b, name, n, parents[b], scores_all[b] if scores_all else None,
                                                    (scoring or {}).get(name, True), observe=True,
-                                                   explore=name not in plan.cheap)
+                                                   explore=explore, by_score=by_score[b])
             ups.append(up)
             readings[b] = reading
             orders.append(order)
@@ -991,10 +995,19 @@ class GoodputController:
                 rank = {node: i for i, node in enumerate(sorted(orders[b]))}
                 orders[b] = [rank[node] for node in orders[b]]
         return cut_draft, Cut(orders, ups, counts, root_extras, node_extras, engaged, expected, readings=readings,
-                              spare=spares)
+                              spare=spares, by_score=by_score)
+
+    def _reads_by_score(self, row: _Row, name: str, explore: bool) -> bool:
+        """Whether the row's draft of `name` is read by its scores' values (`RowAcceptance.by_score`): with
+        hindsight, for a free drafter that looks every step (no slots of its own, so every proposal is judged:
+        anpd, where it was measured). A drafter whose look costs its prompt slots (PPD) goes plain when its
+        estimates fall and is then judged no more, so its bins would stay at their prior; it keeps the reading
+        against its positions (on qa and math prompts PPD either drafts on ~97% of row steps or stays plain on
+        ~99%, from one process to the next, read either way)."""
+        return self.hindsight and not explore and row.root_extras.get(name, 0.0) == 0
 
     def _rank(self, b: int, name: str, n: int, parents: list[int], scores: list[float] | None, scored: bool,
-              observe: bool = False, explore: bool = False
+              observe: bool = False, explore: bool = False, by_score: bool = False
               ) -> tuple[list[int], list[int], list[float], list[tuple[int | None, float]]]:
         """Row b's n proposed nodes in the order they may be kept (best score first, else node order),
         each one's parent position, their acceptance estimates (`explore`: RowAcceptance.conditional) and
@@ -1008,7 +1021,7 @@ class GoodputController:
             conditional = [effective[node] / effective[parents[node]]
                            if parents[node] >= 0 and effective[parents[node]] > 0 else effective[node]
                            for node in order]
-            if self.hindsight and not explore:  # a free drafter cut by its scores, every cut judged
+            if by_score:
                 probs, readings = estimate.by_score(up, conditional)
             else:
                 probs, readings = estimate.node_estimates(up, conditional, explore)
@@ -1056,7 +1069,8 @@ class GoodputController:
             scores = None
             if draft.scores is not None:
                 scores = host.scores[b] if host is not None and host.scores is not None else draft.scores[b].tolist()
-            _, _, probs, _ = self._rank(b, look, n, parents, scores, scores is not None)
+            _, _, probs, _ = self._rank(b, look, n, parents, scores, scores is not None,
+                                        by_score=self._reads_by_score(self._row_by_index(b), look, False))
             sizes = [1] * n
             rates = self._prefix_rates(_Items(probs, sizes, 0, member=None,
                                               context=plan.contexts[b] if plan.contexts else None))
@@ -1163,7 +1177,7 @@ class GoodputController:
             explored = name not in plan.cheap  # its estimates are read with explore (`_position_items`)
             if name is None or not cut.order[b]:
                 if judged is not None:
-                    self._learn_verdict(row, cast(str, name), *judged, explored)
+                    self._learn_verdict(row, cast(str, name), *judged, explored, bool(cut.by_score and cut.by_score[b]))
                 self.counts["plain_row_steps"] += 1
                 if name is not None and cut.proposed[b] == 0:
                     self._reason("drafter's first step (extra slots only)" if cut.root_extras[b]
@@ -1193,7 +1207,7 @@ class GoodputController:
                 depth = {node: d + 1 for d, node in enumerate(paths[b][: counts[b]])}
                 up, accepted, reading, known = hindsight(up, accepted, [depth.get(node, 0) for node in cut.order[b]],
                                                          reading or [], spare, targets[b], proposal[b])  # type: ignore[index]
-            self._learn_verdict(row, name, up, accepted, reading, known, explored)
+            self._learn_verdict(row, name, up, accepted, reading, known, explored, bool(cut.by_score and cut.by_score[b]))
             row.since[name] = 0
             if not plan.probe[b]:  # in use on its own merits: waits between probes start short again
                 row.interval[name] = self.options.probe_after
@@ -1205,9 +1219,9 @@ class GoodputController:
 
     def _learn_verdict(self, row: _Row, name: str, up: list[int], accepted: list[bool],
                        readings: list[tuple[int | None, float]] | None, known: list[bool] | None,
-                       explored: bool) -> None:
-        """The row's (and, live, the pooled) estimates of `name` learn one step's verdicts."""
-        by_score = self.hindsight and not explored  # readings from `RowAcceptance.by_score` (`_rank`)
+                       explored: bool, by_score: bool = False) -> None:
+        """The row's (and, live, the pooled) estimates of `name` learn one step's verdicts (`by_score`: the
+        readings are `RowAcceptance.by_score`'s)."""
         row.estimates[name].observe(up, accepted, explored, readings, known, explored or by_score, by_score)
         if self.live:
             self.pooled[name].observe(up, accepted, explored, readings, known, explored or by_score, by_score)

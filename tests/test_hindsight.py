@@ -126,3 +126,21 @@ def test_the_engine_hands_the_controller_the_targets_choices_and_the_uncut_draft
         position += accepted[0] + 1
     assert position >= len(plain)
     assert (judged > 0) == (verifier == "exact")
+
+
+def test_a_drafter_whose_look_costs_prompt_slots_keeps_the_positional_reading():
+    """PPD's look pays its prompt slots, so it stops looking when its estimates fall and its bins would never be
+    judged again: only a drafter that looks every step for free (anpd) reads its scores by value."""
+    from specdec.draft import ExtraSlots
+
+    model = _costs()
+    ctl = GoodputController([Member("d", False)], model, model.table(), True, True, ControllerOptions(),
+                            hindsight=True)
+    plan = ctl.plan([0], [100], 64)
+    plan.budget = [2]
+    free = Draft.from_rows([([5, 6], [-1, 0])], scores=[[0.9, 0.8]])
+    assert ctl.cut(free, plan, 0.0)[1].by_score == [True]
+    ctl.rows[0].root_extras["d"] = 2.0  # its proposals carry prompt slots at the root
+    extra = ExtraSlots(torch.zeros(1, 2, 4), torch.tensor([[-1, -1]]), torch.tensor([2]))
+    slotted = Draft(free.tokens, free.parents, free.num_nodes, None, extra, free.scores)
+    assert ctl.cut(slotted, plan, 0.0)[1].by_score == [False]

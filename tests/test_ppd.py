@@ -562,6 +562,7 @@ def test_inner_loop_sizing_takes_a_tree_where_width_is_cheap_and_plain_forwards_
 
 def test_the_plain_loops_forward_is_timed_as_it_runs_and_leaves_the_draft_as_it_was() -> None:
     from specdec.drafters.ppd.draft_model import plain_forward_seconds
+
     from specdec.runner import LayerPlan, lean_forward_supports
 
     draft = tiny_model("llama", seed=3)
