@@ -179,21 +179,18 @@ class RowAcceptance:
         return self.node_estimates(parents, scores, explore)[0]
 
     def node_estimates(self, parents: Sequence[int], scores: Sequence[float] | None = None,
-                       explore: bool = False, calibrated: bool | None = None
-                       ) -> tuple[list[float], list[tuple[int | None, float]]]:
+                       explore: bool = False) -> tuple[list[float], list[tuple[int | None, float]]]:
         """`node_probs`, and per node what its verdict teaches the score calibration (`observe`): its score's
         bin (None: unscored) and its conditional estimate before the score was read. Scores are read through
         the learnt calibration (`factors`) for drafters planned before drafting (`explore`: layer_skip's
         confidences), where it stops their chains (specdec.chain_exit) and cuts them; a free drafter's (anpd's
         match quality) keep the square-root rule: learnt from the nodes a cut kept, they lost anpd 1.4% of its speed
-        (8% on mt_bench prompts) in an interleaved A/B, where layer_skip gained 1-6% (three runs). `calibrated`
-        (default: `explore`) says which to use: the learnt calibration is unbiased for a drafter cut by its scores
-        only where the verdicts also judge the nodes cut away (hindsight, `specdec.controller.hindsight`)."""
+        (8% on mt_bench prompts) in an interleaved A/B, where layer_skip gained 1-6% (three runs). With hindsight
+        anpd reads its scores by value instead (`by_score`)."""
         out: list[float] = []
         conditionals: list[float] = []
         readings: list[tuple[int | None, float]] = []
-        calibrated = explore if calibrated is None else calibrated
-        factors = self.factors() if scores is not None and calibrated else None
+        factors = self.factors() if scores is not None and explore else None
         for i, parent in enumerate(parents):
             chained = explore and parent == i - 1
             c = self.conditional(i, chained, conditionals[parent] if chained and parent >= 0 else None)

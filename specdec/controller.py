@@ -268,7 +268,7 @@ class GoodputController:
         self.options = options or ControllerOptions()
         self.clock = clock  # what the engine times steps with for this controller (specdec.costs.cost_clock)
         # The verifier accepts a node exactly when it is the target's choice (`Verifier.accepts_target_choice`):
-        # verdicts then also say whether the nodes cut away would have been accepted (`_hindsight`).
+        # verdicts then also say whether the nodes cut away would have been accepted (`hindsight`).
         self.hindsight = hindsight
         self.rows: dict[int, _Row] = {}
         self.counts: dict[str, Any] = {"plain_row_steps": 0, "row_steps": 0, "probes": 0, "switches": 0,
