@@ -121,21 +121,24 @@ def size_inner_loop(accuracies: list[list[float]], num_ept: int, forward_seconds
 def plain_forward_seconds(draft: torch.nn.Module, plan: LayerPlan | None, repeats: int = 9) -> float:
     """Seconds of one plain draft token as the plain loop runs it (`plan`'s forward, one token behind a short
     cache), the median of `repeats`, timed by the cost model's clock. The tree loop's forwards are priced
-    from the draft's measured curve; the plain loop runs int8 weight copies on a CPU, 1.5-2x faster than the
-    curve's one-input forward: priced by that curve instead, a 2-node inner tree "won" (444 against 390
-    tokens/s) and ppd_draft_model spent 55% of its time drafting where it had spent 24%."""
+    from the draft's measured curve; the plain loop runs int8 weight copies on a CPU, about 3x faster than the
+    curve's one-input forward for the default draft (0.45 against 1.46 ms): priced by that curve instead, a
+    2-node inner tree "won" (444 against 390 tokens/s) and ppd_draft_model spent 55% of its time drafting where
+    it had spent 24%."""
     device = torch.device(model_device(draft))
     clock = cost_clock(device)
+    vocab = int(draft.get_input_embeddings().weight.shape[0])
     runner = TargetRunner(draft, 1, 64)
     try:
-        runner.scratch_forward(torch.arange(1, 17)[None, :].to(device), 0, plan=plan, keep=np.array([15]))
+        runner.scratch_forward((torch.arange(1, 17)[None, :] % vocab).to(device), 0, plan=plan, keep=np.array([15]))
         runner.commit(torch.arange(1, 16)[None, :], [15])
         seconds = []
         for step in range(repeats):
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             started = clock()
-            runner.scratch_forward(torch.tensor([[17 + step]], device=device), 0, plan=plan, keep=np.array([0]))
+            runner.scratch_forward(torch.tensor([[(17 + step) % vocab]], device=device), 0, plan=plan,
+                                   keep=np.array([0]))
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             seconds.append(clock() - started)
