@@ -11,7 +11,7 @@ own a runner of its own for a draft model.
 from __future__ import annotations
 
 from .api import parse_dtype
-from .costs import device_key, row_forward_seconds, settled_for
+from .costs import cost_clock, device_key, row_forward_seconds, settled_for
 from .layer_plan import LayerPlan, layout_for
 from .lean_forward import WeightFormat
 from .lean_forward import supports as lean_forward_supports
@@ -19,6 +19,7 @@ from .model_support import check_model_supported
 from .target import TargetRunner, context_length, model_device, model_dtype
 from .validation import prune_draft
 
-__all__ = ["LayerPlan", "TargetRunner", "WeightFormat", "check_model_supported", "context_length", "device_key",
+__all__ = ["LayerPlan", "TargetRunner", "WeightFormat", "check_model_supported", "context_length", "cost_clock",
+           "device_key",
            "layout_for", "lean_forward_supports", "model_device", "model_dtype", "parse_dtype", "prune_draft",
            "row_forward_seconds", "settled_for"]

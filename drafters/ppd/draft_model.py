@@ -27,7 +27,6 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from specdec.costs import cost_clock
 from specdec.draft import Draft, Verdict, tree_layout
 from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
@@ -37,6 +36,7 @@ from specdec.runner import (
     LayerPlan,
     TargetRunner,
     context_length,
+    cost_clock,
     lean_forward_supports,
     model_device,
     prune_draft,
