@@ -57,9 +57,8 @@ CALIBRATION_WEIGHT = 2.0
 #: prior acceptance (the score taken as a probability, about the bin's middle).
 ABSOLUTE_BIN_EDGES = (0.02, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9)
 ABSOLUTE_BIN_PRIORS = (0.01, 0.035, 0.075, 0.15, 0.25, 0.375, 0.525, 0.675, 0.825, 0.95)
-#: Weight (in trials) of an absolute bin's prior, and how much of a bin's counts each new trial there keeps.
+#: Weight (in trials) of an absolute bin's prior; its counts decay with the estimate's (a row's, or the pooled).
 ABSOLUTE_WEIGHT = 2.0
-ABSOLUTE_DECAY = 0.85
 
 
 def _square_root_rule(log_ratio: float) -> float:
@@ -210,12 +209,12 @@ class RowAcceptance:
         anpd's match score put nodes the cut dropped at a third of what they were accepted at (0.13 against
         0.31 for scores 0.3-0.5), where the score's value alone matched the verdicts (0.33; 0.69 for 0.5-0.7).
         Readings carry the absolute bin."""
+        table = self.absolute()
         out: list[float] = []
         readings: list[tuple[int | None, float]] = []
         for i, parent in enumerate(parents):
             index = absolute_bin(scores[i])
-            c = (self.absolute_hits[index] + ABSOLUTE_WEIGHT * self.absolute_prior[index]) / (
-                self.absolute_trials[index] + ABSOLUTE_WEIGHT)
+            c = table[index]
             readings.append((index, c))
             out.append(c * (out[parent] if parent >= 0 else 1.0))
         return out, readings
@@ -233,17 +232,16 @@ class RowAcceptance:
 
     def observe(self, parents: Sequence[int], accepted: Sequence[bool], age: bool = False,
                 readings: Sequence[tuple[int | None, float]] | None = None,
-                known: Sequence[bool] | None = None, calibrate: bool | None = None, by_score: bool = False) -> None:
+                known: Sequence[bool] | None = None, by_score: bool = False) -> None:
         """Verdict of one step over the verified nodes in position order: a node is a trial of its
         position's conditional when its parent was accepted (or is the root). `age`: the counts of positions
         the step did not verify age (drafters whose estimates are read with `explore`, see `conditional`);
         not for a free drafter's, whose deep positions would then swing with each verdict (anpd, cut by
         them, fell from 105% to 91% of its constant rule on mt_bench and summarization prompts).
         `readings`: the verified nodes' (score bin, estimate) from `node_estimates`, which the trials teach
-        the score calibration when `calibrate` (default: `age`, explored drafters; see `node_estimates`).
+        the score calibration of explored drafters (`age`; see `node_estimates`), or with `by_score` its bins.
         `known`: which nodes' verdicts are known (None: all); the others are no trials (nodes below one cut away,
-        judged in hindsight). `by_score`: the readings are `by_score`'s, and teach its bins instead."""
-        calibrate = age if calibrate is None else calibrate
+        judged in hindsight). `by_score`: the readings are `by_score`'s."""
         while len(self.trials) < len(accepted):  # the prior enters as pseudo-counts that decay too
             self.hits.append(self.weight * self._start(len(self.trials)))
             self.trials.append(self.weight)
@@ -252,11 +250,11 @@ class RowAcceptance:
                 continue
             self.hits[i] = self.decay * self.hits[i] + float(hit)
             self.trials[i] = self.decay * self.trials[i] + 1.0
-            index, estimate = readings[i] if calibrate and readings is not None and i < len(readings) else (None, 0.0)
+            learns = (age or by_score) and readings is not None and i < len(readings)
+            index, estimate = readings[i] if learns else (None, 0.0)  # type: ignore[index]
             if index is not None and by_score:
-                decay = max(self.decay, ABSOLUTE_DECAY)  # (pooled estimates keep their slower decay)
-                self.absolute_hits[index] = decay * self.absolute_hits[index] + float(hit)
-                self.absolute_trials[index] = decay * self.absolute_trials[index] + 1.0
+                self.absolute_hits[index] = self.decay * self.absolute_hits[index] + float(hit)
+                self.absolute_trials[index] = self.decay * self.absolute_trials[index] + 1.0
             elif index is not None:
                 self.score_hits[index] = self.decay * self.score_hits[index] + float(hit)
                 self.score_expected[index] = self.decay * self.score_expected[index] + estimate

@@ -1222,9 +1222,9 @@ class GoodputController:
                        explored: bool, by_score: bool = False) -> None:
         """The row's (and, live, the pooled) estimates of `name` learn one step's verdicts (`by_score`: the
         readings are `RowAcceptance.by_score`'s)."""
-        row.estimates[name].observe(up, accepted, explored, readings, known, explored or by_score, by_score)
+        row.estimates[name].observe(up, accepted, explored, readings, known, by_score)
         if self.live:
-            self.pooled[name].observe(up, accepted, explored, readings, known, explored or by_score, by_score)
+            self.pooled[name].observe(up, accepted, explored, readings, known, by_score)
 
     def _record(self, plan: Plan, cut: Cut, timings: dict[str, Any]) -> None:
         """Keep this step's timings for the cost model; it learns every LEARN_EVERY steps, and at once from a

@@ -85,7 +85,7 @@ def test_by_score_reads_a_nodes_score_whatever_its_position():
     probs, readings = estimate.by_score([-1, 0, -1], [0.8, 0.5, 0.8])
     assert probs[0] == probs[2] == pytest.approx(ABSOLUTE_BIN_PRIORS[absolute_bin(0.8)])
     assert probs[1] == pytest.approx(probs[0] * ABSOLUTE_BIN_PRIORS[absolute_bin(0.5)])
-    estimate.observe([-1, 0, -1], [True, True, False], readings=readings, calibrate=True, by_score=True)
+    estimate.observe([-1, 0, -1], [True, True, False], readings=readings, by_score=True)
     assert estimate.absolute_trials[absolute_bin(0.8)] > 1.5 and estimate.absolute_hits[absolute_bin(0.5)] > 0.9
     assert estimate.fork().absolute() == pytest.approx(estimate.absolute())  # a new row starts from it
 

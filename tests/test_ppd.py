@@ -560,15 +560,25 @@ def test_inner_loop_sizing_takes_a_tree_where_width_is_cheap_and_plain_forwards_
     assert (cheap_plain.tree_size, cheap_plain.plain_tokens_per_second) == (0, pytest.approx(3e3))
 
 
-def test_the_plain_loops_forward_is_timed_as_it_runs_and_leaves_the_draft_as_it_was() -> None:
-    from specdec.drafters.ppd.draft_model import plain_forward_seconds
+def test_the_plain_loops_forward_is_timed_as_it_runs_and_leaves_the_draft_as_it_was(monkeypatch) -> None:
+    """Timed through the plan the plain loop runs (one token a forward behind a short cache), the median of the
+    repeats by the cost model's clock; the draft's weights are untouched."""
+    from specdec.drafters.ppd import draft_model as module
 
-    from specdec.runner import LayerPlan, lean_forward_supports
+    from specdec.runner import LayerPlan, TargetRunner, lean_forward_supports
 
+    ticks = iter(range(1000))
+    monkeypatch.setattr(module, "cost_clock", lambda device: lambda: float(next(ticks)) ** 3)  # growing gaps
+    plans, forward = [], TargetRunner.scratch_forward
+    monkeypatch.setattr(TargetRunner, "scratch_forward",
+                        lambda self, ids, offset=0, plan=None, **kw: plans.append((ids.shape[1], plan))
+                        or forward(self, ids, offset, plan=plan, **kw))
     draft = tiny_model("llama", seed=3)
     before = {name: tensor.clone() for name, tensor in draft.state_dict().items()}
-    seconds = plain_forward_seconds(draft, LayerPlan.build(draft, lean=lean_forward_supports(draft)))
-    assert 0 < seconds < 1
+    plan = LayerPlan.build(draft, lean=lean_forward_supports(draft))
+    seconds = module.plain_forward_seconds(draft, plan, repeats=5)
+    assert seconds == 5.0 ** 3 - 4.0 ** 3  # repeat i spans ticks 2i, 2i + 1: the median (i = 2), not the mean
+    assert [width for width, _ in plans] == [16] + [1] * 5 and all(used is plan for _, used in plans)
     assert all(torch.equal(before[name], tensor) for name, tensor in draft.state_dict().items())
 
 
