@@ -50,7 +50,7 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -86,6 +86,11 @@ QUIET_SAMPLE = 4
 FRUITLESS_LOOKS = 4
 FIRST_REST = 4
 MAX_REST = 16
+#: Live batches: how fast the balance of what the free drafter's looks earned against what they cost forgets
+#: (per looking step), and the longest rest the whole batch takes from it when the balance runs negative
+#: (`_judge_looks`).
+LOOK_BALANCE_DECAY = 0.8
+MAX_BATCH_REST = 32
 #: Probes of a costly drafter that failed in a row (the row stayed plain) before its probes come twice as
 #: rarely (`_probe_discount`, up to `ControllerOptions.max_probe_discount` times).
 PROBE_STREAK = 2
@@ -119,6 +124,14 @@ class ControllerOptions(BaseModel):
                                  "much more (relative) than a row's current one to take it over")
     max_budget: int = Field(64, ge=1, le=1024, description="most nodes per row the controller verifies")
     trace: bool = Field(False, description="record every step's decision in stats (for plots)")
+
+
+class _Solution(NamedTuple):
+    """`_solve`'s answer: nodes kept per row, and the weighted tokens and seconds it expects of the step."""
+
+    kept: list[int]
+    tokens: float
+    seconds: float
 
 
 @dataclass
@@ -282,6 +295,13 @@ class GoodputController:
         self._unlearnt: list[tuple[str, tuple]] = []  # timings the cost model has not learnt yet (live)
         self._unlearnt_steps = 0
         self._quiet_steps = 0
+        # Live batches: the decayed balance (seconds) of what the free drafter's looks were expected to save
+        # against what they cost, the looking steps since the batch last rested from it, the steps of that
+        # rest still to come and the next rest's length (`_judge_looks`).
+        self._look_balance = 0.0
+        self._looks_since_rest = 0
+        self._batch_rest = 0
+        self._batch_rest_wait = FIRST_REST
         self._cheap: frozenset[str] | None = None  # the free drafters, until the cost model learns again
         self._free_limit = float("inf")  # most seconds a free drafter's draft may cost (set with `_cheap`)
         self.streaks = {name: table.probe_streaks.get(name, 0) for name in self.order}  # `_probe_discount`
@@ -319,7 +339,7 @@ class GoodputController:
         return self.table.overhead(self.name, drafted)
 
     def _solve(self, rows: list[_Items], batch: int, draft_seconds: float | None, base: float | None = None,
-               margin: float = 0.0) -> list[int]:
+               margin: float = 0.0) -> _Solution:
         """Nodes kept per row maximising (base + sum weight * p) / (draft + verify + overhead). `base`: what
         a plain step is worth (None: the rows' weights, one token each). `draft_seconds` None prices
         drafting per drafter from the kept counts (before drafting); a number is a cost already paid
@@ -374,9 +394,11 @@ class GoodputController:
             return (draft + verify[(total if packed else batch * widest) - batch]
                     + (overhead if total > batch else plain_overhead))
 
-        best_rate = tokens / max(seconds(), 1e-12)
+        best_seconds = seconds()
+        best_rate, best_tokens = tokens / max(best_seconds, 1e-12), tokens
         best_kept = list(kept)
-        forced_kept, forced_rate = list(kept), best_rate
+        forced = _Solution(list(kept), tokens, best_seconds)
+        forced_rate = best_rate
         heap: list[tuple[float, int, int]] = []
         keys = [float("inf")] * len(rows)
 
@@ -404,15 +426,18 @@ class GoodputController:
                 nodes[r.member] = nodes.get(r.member, 0) + 1
                 drafting[r.member] = draft_cost(r.member)
                 charged += charge(index, k)
-            rate = tokens / max(seconds(), 1e-12)
+            spent = seconds()
+            rate = tokens / max(spent, 1e-12)
             if rate > best_rate:
-                best_rate, best_kept = rate, list(kept)
+                best_rate, best_kept, best_tokens, best_seconds = rate, list(kept), tokens, spent
             inputs = total if packed else batch * widest
             least = (draft_seconds or 0.0) + floor[inputs - batch] + min(overhead, plain_overhead)
             if tokens + left <= best_rate * least:
                 break
             push(index)
-        return best_kept if best_rate >= forced_rate * (1.0 + margin) else forced_kept
+        if best_rate >= forced_rate * (1.0 + margin):
+            return _Solution(best_kept, best_tokens, best_seconds)
+        return forced
 
     def _prefix_rates(self, items: _Items) -> list[float]:
         """Rate of one row alone (batch 1) keeping its first k nodes, for k = 0..len: member choice,
@@ -572,6 +597,9 @@ class GoodputController:
         # tokens are worth (`row_weights`). Frozen and lone rows are priced alone.
         parts = self._step_parts(len(row_ids), row_contexts) if self.live and len(row_ids) > 1 else None
         row_seconds = parts[1] / len(row_ids) if parts is not None else None
+        batch_resting = self._batch_rest > 0
+        if batch_resting:
+            self._batch_rest -= 1
         for row_id, depth, context in zip(row_ids, max_depth, row_contexts):
             row = self._row(row_id, context)
             cap = max(0, min(cap_all, int(depth)))
@@ -583,6 +611,8 @@ class GoodputController:
             resting = [n for n in cheap if row.rest.get(n, 0) > 0]
             for name in resting:
                 row.rest[name] -= 1
+            if batch_resting:  # the batch's looks did not pay for themselves (`_judge_looks`)
+                resting = cheap
             if resting and len(resting) == len(self.order):
                 # A look is not free (drafting, checking and cutting cost ~2% of a plain step on this CPU):
                 # after FRUITLESS_LOOKS looks whose drafts were all cut away, the row rests from its free
@@ -592,7 +622,8 @@ class GoodputController:
                 forced.append(0)
                 free.append(False)
                 items_per_row.append(None)
-                self._reason("free drafter resting after fruitless looks")
+                self._reason("batch resting from the free drafter: its looks did not pay" if batch_resting
+                             else "free drafter resting after fruitless looks")
                 continue
             cheap = [n for n in cheap if n not in resting]
             if row.quiet > 0 and not cheap and pending is None:
@@ -732,7 +763,7 @@ class GoodputController:
             rows = [it or _Items([], [], 0, context=c) for it, c in zip(items_per_row, row_contexts)]
             for items, weight in zip(rows, weights):
                 items.weight = weight
-            joint = self._solve(rows, len(row_ids), None, base, BATCH_MARGIN)
+            joint = self._solve(rows, len(row_ids), None, base, BATCH_MARGIN).kept
             why = ("batch: other rows' nodes pay better" if any(joint) else
                    "batch: no row's draft pays for its inputs at this batch size")
             for b, kept in enumerate(joint):
@@ -892,10 +923,14 @@ class GoodputController:
         """The draft to verify: each row's best prefix (deterministic drafts) or its budget (stochastic).
         `scoring`: which drafters' rows carry scores (with drafter="auto" some rows may not)."""
         batch, width = draft.batch_size, draft.width
+        started = self.clock()
+        judged = self.live and batch > 1 and any(plan.free)  # a live batch's free looks: did they pay?
         if width == 0 and draft.extra is None:  # nothing proposed (the common case): nothing to cut
             run = self._run
             if run is not None and plan is run.plan and not any(plan.budget):
                 return draft, run.cut
+            if judged:
+                self._judge_looks(plan, batch, None, draft_seconds or 0.0, started)
             engaged = [name is not None and budget > 0 for name, budget in zip(plan.choice, plan.budget)]
             return draft, Cut([[] for _ in range(batch)], [None] * batch, [0] * batch, [0] * batch,
                               [0.0] * batch, engaged, [1.0] * batch)
@@ -954,11 +989,17 @@ class GoodputController:
                                      plan.contexts[b] if plan.contexts else None))
         if not any(items.probs for items in items_rows):
             kept = [0] * batch  # nothing proposed: a plain step (or a drafter's first, slots-only step)
+            if judged:
+                self._judge_looks(plan, batch, None, draft_seconds or 0.0, started)
         elif self._frozen_rows(batch):
-            kept = [self._solve([items], 1, self._draft_share(items, draft_seconds, batch))[0] if items.probs
+            kept = [self._solve([items], 1, self._draft_share(items, draft_seconds, batch)).kept[0] if items.probs
                     else 0 for items in items_rows]
         else:
-            kept = self._solve(items_rows, batch, draft_seconds or 0.0, plan.base, BATCH_MARGIN if batch > 1 else 0.0)
+            solution = self._solve(items_rows, batch, draft_seconds or 0.0, plan.base,
+                                   BATCH_MARGIN if batch > 1 else 0.0)
+            kept = solution.kept
+            if judged:
+                self._judge_looks(plan, batch, solution, draft_seconds or 0.0, started)
         expected = [1.0 + sum(items.probs[:k]) for items, k in zip(items_rows, kept)]
         keep = [[False] * width for _ in range(batch)]
         engaged = [False] * batch
@@ -996,6 +1037,34 @@ class GoodputController:
                 orders[b] = [rank[node] for node in orders[b]]
         return cut_draft, Cut(orders, ups, counts, root_extras, node_extras, engaged, expected, readings=readings,
                               spare=spares, by_score=by_score)
+
+    def _judge_looks(self, plan: Plan, batch: int, solution: _Solution | None, draft_seconds: float,
+                     started: float) -> None:
+        """A live batch's step in which a free drafter looked: what the step is expected to save against a plain
+        step that did not look (its drafting and this cut included; `solution` None: nothing to verify), into a
+        decayed balance. When the balance runs negative after FRUITLESS_LOOKS looking steps, every row of the
+        batch rests from the free drafter (`plan`), the rests doubling up to MAX_BATCH_REST steps while looks
+        keep losing. A row's own rests (`_count_look`) judge only whether its looks kept anything: in a static
+        batch of 8 on this CPU anpd's looks kept nodes on half the steps (tokens of rows that do not end the
+        batch, worth little), every step looked somewhere, and the batch ran all its steps at 0.90-0.93 of
+        plain decoding's speed."""
+        known = plan.contexts
+        context = sum(known) / len(known) if known else None
+        plain = self.table.verify(batch, batch, self.packed, context) + self._overhead(False)
+        worth = plan.base if plan.base is not None else float(batch)  # a plain step's tokens, weighted
+        if solution is None:
+            tokens, seconds = worth, draft_seconds + plain
+        else:
+            tokens, seconds = solution.tokens, solution.seconds
+        gain = tokens * plain / worth - seconds - (self.clock() - started)
+        self._look_balance = LOOK_BALANCE_DECAY * self._look_balance + gain
+        self._looks_since_rest += 1
+        if gain > 0 and self._look_balance > 0:
+            self._batch_rest_wait = FIRST_REST
+        elif self._look_balance < 0 and self._looks_since_rest >= FRUITLESS_LOOKS:
+            self._batch_rest = self._batch_rest_wait
+            self._batch_rest_wait = min(MAX_BATCH_REST, 2 * self._batch_rest_wait)
+            self._look_balance, self._looks_since_rest = 0.0, 0
 
     def _reads_by_score(self, row: _Row, name: str, explore: bool) -> bool:
         """Whether the row's draft of `name` is read by its scores' values (`RowAcceptance.by_score`): with

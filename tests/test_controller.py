@@ -198,10 +198,10 @@ def test_a_batch_verifies_a_draft_only_when_it_clearly_pays():
     flat = (0.010, 0.0102, 0.0104, 0.0108, 0.0116, 0.0132, 0.0164, 0.0228)  # +2% a verified input
     ctl = controller(synthetic(flat, batch=2))
     rows = [_Items([0.1], [1], 0, member="d"), _Items([], [], 0)]
-    assert ctl._solve(rows, 2, 0.0, None) == [1, 0]  # 2.1 tokens for 2% more time: 3% more a second
-    assert ctl._solve(rows, 2, 0.0, None, margin=BATCH_MARGIN) == [0, 0]
+    assert ctl._solve(rows, 2, 0.0, None).kept == [1, 0]  # 2.1 tokens for 2% more time: 3% more a second
+    assert ctl._solve(rows, 2, 0.0, None, margin=BATCH_MARGIN).kept == [0, 0]
     rows = [_Items([0.95, 0.9, 0.9], [1, 1, 1], 0, member="d"), _Items([], [], 0)]
-    assert ctl._solve(rows, 2, 0.0, None, margin=BATCH_MARGIN) == [3, 0]  # a clear gain is kept
+    assert ctl._solve(rows, 2, 0.0, None, margin=BATCH_MARGIN).kept == [3, 0]  # a clear gain is kept
 
 
 def test_a_live_batch_measures_the_curve_of_one_row_fewer():
