@@ -50,14 +50,14 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from .acceptance import DECAY, PRIOR_WEIGHT, RowAcceptance
 from .chain_exit import ChainExit, ExitRow
-from .costs import CostModel, CostTable
+from .costs import CostModel, CostTable, batch_bucket
 from .draft import Draft, Verdict
 from .validation import keep_nodes, narrow_draft
 
@@ -86,9 +86,9 @@ QUIET_SAMPLE = 4
 FRUITLESS_LOOKS = 4
 FIRST_REST = 4
 MAX_REST = 16
-#: Live batches: how fast the balance of what the free drafter's looks earned against what they cost forgets
-#: (per looking step), and the longest rest the whole batch takes from it when the balance runs negative
-#: (`_judge_looks`).
+#: Live batches: how fast the balance of what the free drafter's looking steps gained against plain steps
+#: forgets (per looking step), and the longest rest the whole batch takes from it when the balance runs
+#: negative (`_judge_looks`).
 LOOK_BALANCE_DECAY = 0.8
 MAX_BATCH_REST = 32
 #: Probes of a costly drafter that failed in a row (the row stayed plain) before its probes come twice as
@@ -124,14 +124,6 @@ class ControllerOptions(BaseModel):
                                  "much more (relative) than a row's current one to take it over")
     max_budget: int = Field(64, ge=1, le=1024, description="most nodes per row the controller verifies")
     trace: bool = Field(False, description="record every step's decision in stats (for plots)")
-
-
-class _Solution(NamedTuple):
-    """`_solve`'s answer: nodes kept per row, and the weighted tokens and seconds it expects of the step."""
-
-    kept: list[int]
-    tokens: float
-    seconds: float
 
 
 @dataclass
@@ -175,6 +167,7 @@ class Plan:
     cheap: frozenset[str] = frozenset()
     weights: list[float] = field(default_factory=list)  # live batches: what a token of each row is worth
     contexts: list[float] = field(default_factory=list)  # tokens in each row's cache
+    left: list[int] = field(default_factory=list)  # tokens each row may still commit (`plan`'s max_depth)
     lags: dict[str, float] = field(default_factory=dict)  # per drafter: its rows' catch-up tokens this step
     # per drafter: tokens of the rows it is asked to draft for the first time (its `prepare` feeds them)
     prepares: dict[str, float] = field(default_factory=dict)
@@ -295,13 +288,14 @@ class GoodputController:
         self._unlearnt: list[tuple[str, tuple]] = []  # timings the cost model has not learnt yet (live)
         self._unlearnt_steps = 0
         self._quiet_steps = 0
-        # Live batches: the decayed balance (seconds) of what the free drafter's looks were expected to save
-        # against what they cost, the looking steps since the batch last rested from it, the steps of that
-        # rest still to come and the next rest's length (`_judge_looks`).
+        # Live batches (`_judge_looks`): the decayed balance (seconds) of what the free drafter's looking steps
+        # gained against plain steps, the looking steps since the batch last rested from it, the steps of that
+        # rest still to come, and how the batch's plain steps measured against their price (a ratio, None
+        # before the first). The next rest's length is kept in the live cost table (`CostTable.batch_rests`).
         self._look_balance = 0.0
         self._looks_since_rest = 0
         self._batch_rest = 0
-        self._batch_rest_wait = FIRST_REST
+        self._plain_ratio: float | None = None
         self._cheap: frozenset[str] | None = None  # the free drafters, until the cost model learns again
         self._free_limit = float("inf")  # most seconds a free drafter's draft may cost (set with `_cheap`)
         self.streaks = {name: table.probe_streaks.get(name, 0) for name in self.order}  # `_probe_discount`
@@ -339,7 +333,7 @@ class GoodputController:
         return self.table.overhead(self.name, drafted)
 
     def _solve(self, rows: list[_Items], batch: int, draft_seconds: float | None, base: float | None = None,
-               margin: float = 0.0) -> _Solution:
+               margin: float = 0.0) -> list[int]:
         """Nodes kept per row maximising (base + sum weight * p) / (draft + verify + overhead). `base`: what
         a plain step is worth (None: the rows' weights, one token each). `draft_seconds` None prices
         drafting per drafter from the kept counts (before drafting); a number is a cost already paid
@@ -394,11 +388,9 @@ class GoodputController:
             return (draft + verify[(total if packed else batch * widest) - batch]
                     + (overhead if total > batch else plain_overhead))
 
-        best_seconds = seconds()
-        best_rate, best_tokens = tokens / max(best_seconds, 1e-12), tokens
+        best_rate = tokens / max(seconds(), 1e-12)
         best_kept = list(kept)
-        forced = _Solution(list(kept), tokens, best_seconds)
-        forced_rate = best_rate
+        forced_kept, forced_rate = list(kept), best_rate
         heap: list[tuple[float, int, int]] = []
         keys = [float("inf")] * len(rows)
 
@@ -426,18 +418,15 @@ class GoodputController:
                 nodes[r.member] = nodes.get(r.member, 0) + 1
                 drafting[r.member] = draft_cost(r.member)
                 charged += charge(index, k)
-            spent = seconds()
-            rate = tokens / max(spent, 1e-12)
+            rate = tokens / max(seconds(), 1e-12)
             if rate > best_rate:
-                best_rate, best_kept, best_tokens, best_seconds = rate, list(kept), tokens, spent
+                best_rate, best_kept = rate, list(kept)
             inputs = total if packed else batch * widest
             least = (draft_seconds or 0.0) + floor[inputs - batch] + min(overhead, plain_overhead)
             if tokens + left <= best_rate * least:
                 break
             push(index)
-        if best_rate >= forced_rate * (1.0 + margin):
-            return _Solution(best_kept, best_tokens, best_seconds)
-        return forced
+        return best_kept if best_rate >= forced_rate * (1.0 + margin) else forced_kept
 
     def _prefix_rates(self, items: _Items) -> list[float]:
         """Rate of one row alone (batch 1) keeping its first k nodes, for k = 0..len: member choice,
@@ -611,7 +600,7 @@ class GoodputController:
             resting = [n for n in cheap if row.rest.get(n, 0) > 0]
             for name in resting:
                 row.rest[name] -= 1
-            if batch_resting:  # the batch's looks did not pay for themselves (`_judge_looks`)
+            if batch_resting:  # the batch's looking steps did not pay (`_judge_looks`)
                 resting = cheap
             if resting and len(resting) == len(self.order):
                 # A look is not free (drafting, checking and cutting cost ~2% of a plain step on this CPU):
@@ -763,7 +752,7 @@ class GoodputController:
             rows = [it or _Items([], [], 0, context=c) for it, c in zip(items_per_row, row_contexts)]
             for items, weight in zip(rows, weights):
                 items.weight = weight
-            joint = self._solve(rows, len(row_ids), None, base, BATCH_MARGIN).kept
+            joint = self._solve(rows, len(row_ids), None, base, BATCH_MARGIN)
             why = ("batch: other rows' nodes pay better" if any(joint) else
                    "batch: no row's draft pays for its inputs at this batch size")
             for b, kept in enumerate(joint):
@@ -789,7 +778,8 @@ class GoodputController:
                         lags[drafter] = lags.get(drafter, 0.0) + row.lag.get(drafter, 0.0)
                     row.prepared.add(drafter)
         plan = Plan(choice, budgets, [f > 0 for f in forced], forced, free, look, look_budget, rate,
-                    cheap_names, weights, [c for c in row_contexts if c is not None], lags, prepares, base)
+                    cheap_names, weights, [c for c in row_contexts if c is not None], [int(d) for d in max_depth],
+                    lags, prepares, base)
         rows_planned = [(self.rows[row_id], items) if name is not None and not is_free and budget > 0 else None
                         for row_id, name, is_free, budget, items in zip(row_ids, choice, free, budgets, items_per_row)]
         if any(rows_planned):
@@ -923,14 +913,10 @@ class GoodputController:
         """The draft to verify: each row's best prefix (deterministic drafts) or its budget (stochastic).
         `scoring`: which drafters' rows carry scores (with drafter="auto" some rows may not)."""
         batch, width = draft.batch_size, draft.width
-        started = self.clock()
-        judged = self.live and batch > 1 and any(plan.free)  # a live batch's free looks: did they pay?
         if width == 0 and draft.extra is None:  # nothing proposed (the common case): nothing to cut
             run = self._run
             if run is not None and plan is run.plan and not any(plan.budget):
                 return draft, run.cut
-            if judged:
-                self._judge_looks(plan, batch, None, draft_seconds or 0.0, started)
             engaged = [name is not None and budget > 0 for name, budget in zip(plan.choice, plan.budget)]
             return draft, Cut([[] for _ in range(batch)], [None] * batch, [0] * batch, [0] * batch,
                               [0.0] * batch, engaged, [1.0] * batch)
@@ -989,17 +975,11 @@ class GoodputController:
                                      plan.contexts[b] if plan.contexts else None))
         if not any(items.probs for items in items_rows):
             kept = [0] * batch  # nothing proposed: a plain step (or a drafter's first, slots-only step)
-            if judged:
-                self._judge_looks(plan, batch, None, draft_seconds or 0.0, started)
         elif self._frozen_rows(batch):
-            kept = [self._solve([items], 1, self._draft_share(items, draft_seconds, batch)).kept[0] if items.probs
+            kept = [self._solve([items], 1, self._draft_share(items, draft_seconds, batch))[0] if items.probs
                     else 0 for items in items_rows]
         else:
-            solution = self._solve(items_rows, batch, draft_seconds or 0.0, plan.base,
-                                   BATCH_MARGIN if batch > 1 else 0.0)
-            kept = solution.kept
-            if judged:
-                self._judge_looks(plan, batch, solution, draft_seconds or 0.0, started)
+            kept = self._solve(items_rows, batch, draft_seconds or 0.0, plan.base, BATCH_MARGIN if batch > 1 else 0.0)
         expected = [1.0 + sum(items.probs[:k]) for items, k in zip(items_rows, kept)]
         keep = [[False] * width for _ in range(batch)]
         engaged = [False] * batch
@@ -1037,34 +1017,6 @@ class GoodputController:
                 orders[b] = [rank[node] for node in orders[b]]
         return cut_draft, Cut(orders, ups, counts, root_extras, node_extras, engaged, expected, readings=readings,
                               spare=spares, by_score=by_score)
-
-    def _judge_looks(self, plan: Plan, batch: int, solution: _Solution | None, draft_seconds: float,
-                     started: float) -> None:
-        """A live batch's step in which a free drafter looked: what the step is expected to save against a plain
-        step that did not look (its drafting and this cut included; `solution` None: nothing to verify), into a
-        decayed balance. When the balance runs negative after FRUITLESS_LOOKS looking steps, every row of the
-        batch rests from the free drafter (`plan`), the rests doubling up to MAX_BATCH_REST steps while looks
-        keep losing. A row's own rests (`_count_look`) judge only whether its looks kept anything: in a static
-        batch of 8 on this CPU anpd's looks kept nodes on half the steps (tokens of rows that do not end the
-        batch, worth little), every step looked somewhere, and the batch ran all its steps at 0.90-0.93 of
-        plain decoding's speed."""
-        known = plan.contexts
-        context = sum(known) / len(known) if known else None
-        plain = self.table.verify(batch, batch, self.packed, context) + self._overhead(False)
-        worth = plan.base if plan.base is not None else float(batch)  # a plain step's tokens, weighted
-        if solution is None:
-            tokens, seconds = worth, draft_seconds + plain
-        else:
-            tokens, seconds = solution.tokens, solution.seconds
-        gain = tokens * plain / worth - seconds - (self.clock() - started)
-        self._look_balance = LOOK_BALANCE_DECAY * self._look_balance + gain
-        self._looks_since_rest += 1
-        if gain > 0 and self._look_balance > 0:
-            self._batch_rest_wait = FIRST_REST
-        elif self._look_balance < 0 and self._looks_since_rest >= FRUITLESS_LOOKS:
-            self._batch_rest = self._batch_rest_wait
-            self._batch_rest_wait = min(MAX_BATCH_REST, 2 * self._batch_rest_wait)
-            self._look_balance, self._looks_since_rest = 0.0, 0
 
     def _reads_by_score(self, row: _Row, name: str, explore: bool) -> bool:
         """Whether the row's draft of `name` is read by its scores' values (`RowAcceptance.by_score`): with
@@ -1195,7 +1147,52 @@ class GoodputController:
                                "weights": [round(w, 6) for w in plan.weights], "base": plan.base,
                                **{k: round(v, 6) for k, v in timings.items() if isinstance(v, float)}})
         if self.live:
+            if len(plan.choice) > 1 and not plan.quiet:
+                self._judge_looks(plan, counts, timings)
             self._record(plan, cut, timings)
+
+    def _judge_looks(self, plan: Plan, accepted: list[int], timings: dict[str, Any]) -> None:
+        """Whether a live batch's free drafter pays for its looks, judged by what the batch measured: each step
+        in which it looked, the progress the batch made, in plain steps, at the measured price of a plain step,
+        against the step's measured seconds, into a decayed balance. When the balance runs negative after
+        FRUITLESS_LOOKS looking steps, every row rests from the free drafter (`plan`), the rests doubling up to
+        MAX_BATCH_REST steps while the looks keep losing (learnt across calls, per batch size's bucket). Progress: while prompts wait (tokens weighted alike)
+        the rows' committed tokens over the batch size; in a static batch how much nearer the batch's end came,
+        the fall in the most tokens any row has left (summed over the steps it is exactly the batch's length:
+        rows ahead of the last advance nothing). A plain step's price is `CostTable.verify` and the plain
+        overhead, scaled by how this batch's plain steps measured against it.
+
+        A row's own rests (`_count_look`) judge only whether its looks kept anything. In a static batch of 8
+        on this CPU anpd's looks kept nodes in half the steps (mostly rows ahead of the last, whose tokens the
+        cut values at what their leaving saves, little here), every step looked in some row (a looking step
+        cost ~0.8 ms more engine time than a plain one, 6% of the step, counted nowhere in the cut, where the
+        look is already paid) and the batch ran all of plain decoding's steps at 0.90-0.93 of its speed."""
+        if not (plan.plain or any(plan.free)):
+            return
+        count = len(plan.choice)
+        spent = sum(timings.get(key) or 0.0 for key in ("draft", "verify", "other"))
+        context = sum(plan.contexts) / len(plan.contexts) if plan.contexts else None
+        price = self.table.verify(count, count, self.packed, context) + self._overhead(False)
+        if spent <= 0 or price <= 0:
+            return
+        if plan.plain:
+            ratio = spent / price
+            self._plain_ratio = ratio if self._plain_ratio is None else 0.9 * self._plain_ratio + 0.1 * ratio
+            return
+        if plan.base is None or not plan.left:  # tokens weighted alike
+            progress = 1.0 + sum(accepted) / count
+        else:
+            progress = max(plan.left) - max(0, max(left - a - 1 for left, a in zip(plan.left, accepted)))
+        gain = progress * price * (self._plain_ratio or 1.0) - spent
+        self._look_balance = LOOK_BALANCE_DECAY * self._look_balance + gain
+        self._looks_since_rest += 1
+        rests, key = self.table.batch_rests, (self.name, batch_bucket(count))
+        if gain > 0 and self._look_balance > 0:
+            rests[key] = FIRST_REST
+        elif self._look_balance < 0 and self._looks_since_rest >= FRUITLESS_LOOKS:
+            self._batch_rest = rests.get(key, FIRST_REST)
+            rests[key] = min(MAX_BATCH_REST, 2 * self._batch_rest)
+            self._look_balance, self._looks_since_rest = 0.0, 0
 
     def _observe_plain(self) -> list[int]:
         """A step no row drafted in: each row committed one token (the engine's plain-step path)."""

@@ -241,6 +241,10 @@ class CostTable:
     looks: dict[str, list[float]] = field(default_factory=dict)  # seconds of the drafter's last free looks
     # Per drafter: its last probes that failed in a row (the row stayed plain), across calls (live calls only).
     probe_streaks: dict[str, int] = field(default_factory=dict)
+    # Per (the call's drafter, batch bucket): the next rest a live batch takes from its free drafter when its looks
+    # lose (`GoodputController._judge_looks`), across calls: on this CPU anpd's looks lose in every static batch of 8,
+    # and each call learning that again from the first rest spent ~16 of its 64 steps looking.
+    batch_rests: dict[tuple[str, int], int] = field(default_factory=dict)
     # A drafter's one-off work when first asked to draft a row (`Drafter.prepare`: a draft model's prefill):
     # seconds ~ [1, tokens fed / CONTEXT_UNIT] (a fixed part, ~1 ms for a small draft on this CPU, and per token).
     prepares: dict[str, LinearFit] = field(default_factory=dict)
@@ -378,6 +382,11 @@ def nearest(grid: tuple[int, ...], value: float) -> int:
     if index >= len(grid) or value - grid[index - 1] <= grid[index] - value:
         return index - 1
     return index
+
+
+def batch_bucket(batch: int) -> int:
+    """The power of two at or below `batch`: what costs and lessons learnt at one batch size are kept under."""
+    return _buckets(batch)[0]
 
 
 def _buckets(batch: int) -> tuple[int, int]:

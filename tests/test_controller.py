@@ -15,6 +15,7 @@ from specdec.controller import (
     BATCH_MARGIN,
     CHEAP_DRAFT,
     FIRST_PROBE_STEPS,
+    FIRST_REST,
     FREE_NODES,
     LEARN_EVERY,
     PROBE_STREAK,
@@ -198,10 +199,10 @@ def test_a_batch_verifies_a_draft_only_when_it_clearly_pays():
     flat = (0.010, 0.0102, 0.0104, 0.0108, 0.0116, 0.0132, 0.0164, 0.0228)  # +2% a verified input
     ctl = controller(synthetic(flat, batch=2))
     rows = [_Items([0.1], [1], 0, member="d"), _Items([], [], 0)]
-    assert ctl._solve(rows, 2, 0.0, None).kept == [1, 0]  # 2.1 tokens for 2% more time: 3% more a second
-    assert ctl._solve(rows, 2, 0.0, None, margin=BATCH_MARGIN).kept == [0, 0]
+    assert ctl._solve(rows, 2, 0.0, None) == [1, 0]  # 2.1 tokens for 2% more time: 3% more a second
+    assert ctl._solve(rows, 2, 0.0, None, margin=BATCH_MARGIN) == [0, 0]
     rows = [_Items([0.95, 0.9, 0.9], [1, 1, 1], 0, member="d"), _Items([], [], 0)]
-    assert ctl._solve(rows, 2, 0.0, None, margin=BATCH_MARGIN).kept == [3, 0]  # a clear gain is kept
+    assert ctl._solve(rows, 2, 0.0, None, margin=BATCH_MARGIN) == [3, 0]  # a clear gain is kept
 
 
 def test_a_live_batch_measures_the_curve_of_one_row_fewer():
@@ -542,6 +543,57 @@ def test_a_free_drafter_rests_after_looks_that_are_cut_not_after_finding_nothing
     assert "free drafter resting after fruitless looks" not in empty.counts["plain_reasons"]
     plan, draft = step(empty, [0], [[1, 2, 3]], [3])
     assert plan.free == [True] and plan.budget[0] >= 3
+
+
+BATCH_REST_REASON = "batch resting from the free drafter: its looks did not pay"
+
+
+def batch_step(ctl: GoodputController, left: list[int], accepted: list[int], waiting: bool,
+               seconds: float) -> object:
+    """A live batch step of the free drafter "d" proposing 4 tokens a row, timed at `seconds` in all when it
+    looked, at the curve's 10 ms when plain."""
+    rows = list(range(len(left)))
+    plan = ctl.plan(rows, left, 64, waiting)
+    proposal = [[1, 2, 3, 4][: plan.budget[b]] for b in rows]
+    draft, cut = ctl.cut(chain(proposal), plan, 0.0)
+    kept = draft.num_nodes.tolist()
+    ctl.observe(plan, cut, verdict([min(a, k) for a, k in zip(accepted, kept)], draft.width),
+                {"draft": 0.0, "verify": 0.010 if plan.plain else seconds, "other": 0.0})
+    return plan
+
+
+def test_a_live_batch_rests_from_a_free_drafter_whose_looking_steps_do_not_pay():
+    """Looking steps that measure slower than a plain step while the batch's end comes no nearer: the whole
+    batch rests from the free drafter, rests doubling, and the next call starts from the longer rest."""
+    model = synthetic(batch=2)  # a plain step of 2 rows: 10 ms
+    ctl = controller(model, probe_after=1024, max_probe_interval=1024)
+    left = [64, 64]
+    resting = []
+    for _ in range(40):
+        plan = batch_step(ctl, left, [4, 0], waiting=False, seconds=0.014)  # row 1 never advances faster
+        left = [max(1, left[0] - 5), left[1] - 1]
+        resting.append(not any(plan.budget))
+    assert ctl.counts["plain_reasons"].get(BATCH_REST_REASON, 0) > 0
+    assert model.live.batch_rests[("d", 2)] > 2 * FIRST_REST  # rests doubled
+    # A later call on the same model: its first rest is the one the last call learnt.
+    later = controller(model, probe_after=1024, max_probe_interval=1024)
+    steps = [not any(batch_step(later, [64, 64], [0, 0], waiting=False, seconds=0.014).budget) for _ in range(40)]
+    first_rest = steps[steps.index(True):].index(False)
+    assert first_rest > 2 * FIRST_REST
+
+
+def test_a_live_batch_keeps_looking_while_its_looks_bring_its_end_nearer():
+    model = synthetic(batch=2)
+    static = controller(model, probe_after=1024, max_probe_interval=1024)
+    for index in range(14):  # both rows advance 5 tokens a step: the batch's end comes 5 steps nearer
+        plan = batch_step(static, [70 - 5 * index] * 2, [4, 4], waiting=False, seconds=0.014)
+        assert plan.free == [True, True]
+    waiting = controller(model, probe_after=1024, max_probe_interval=1024)
+    for _ in range(30):  # prompts wait: every committed token counts, one row's are enough
+        plan = batch_step(waiting, [64, 64], [4, 0], waiting=True, seconds=0.014)
+        assert plan.free[0]  # (row 1 may rest on its own: its looks are cut away)
+    assert BATCH_REST_REASON not in static.counts["plain_reasons"]
+    assert BATCH_REST_REASON not in waiting.counts["plain_reasons"]
 
 
 def test_probes_wait_longer_for_a_drafter_that_must_catch_up_first():
