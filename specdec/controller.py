@@ -1156,11 +1156,12 @@ class GoodputController:
         in which it looked, the progress the batch made, in plain steps, at the measured price of a plain step,
         against the step's measured seconds, into a decayed balance. When the balance runs negative after
         FRUITLESS_LOOKS looking steps, every row rests from the free drafter (`plan`), the rests doubling up to
-        MAX_BATCH_REST steps while the looks keep losing (learnt across calls, per batch size's bucket). Progress: while prompts wait (tokens weighted alike)
-        the rows' committed tokens over the batch size; in a static batch how much nearer the batch's end came,
-        the fall in the most tokens any row has left (summed over the steps it is exactly the batch's length:
-        rows ahead of the last advance nothing). A plain step's price is `CostTable.verify` and the plain
-        overhead, scaled by how this batch's plain steps measured against it.
+        MAX_BATCH_REST steps while the looks keep losing (learnt across calls: `CostTable.batch_rests`).
+        Progress: while prompts wait (tokens weighted alike) the rows' committed tokens over the batch size; in a
+        static batch how much nearer the batch's end came, the fall in the most tokens any row has left (summed
+        over the steps it is exactly the batch's length: rows ahead of the last advance nothing). A plain step's
+        price is `CostTable.verify` and the plain overhead, scaled by how this batch's plain steps measured
+        against it.
 
         A row's own rests (`_count_look`) judge only whether its looks kept anything. In a static batch of 8
         on this CPU anpd's looks kept nodes in half the steps (mostly rows ahead of the last, whose tokens the
@@ -1186,7 +1187,7 @@ class GoodputController:
         gain = progress * price * (self._plain_ratio or 1.0) - spent
         self._look_balance = LOOK_BALANCE_DECAY * self._look_balance + gain
         self._looks_since_rest += 1
-        rests, key = self.table.batch_rests, (self.name, batch_bucket(count))
+        rests, key = self.table.batch_rests, (self.name, batch_bucket(count), plan.base is not None)
         if gain > 0 and self._look_balance > 0:
             rests[key] = FIRST_REST
         elif self._look_balance < 0 and self._looks_since_rest >= FRUITLESS_LOOKS:

@@ -241,10 +241,11 @@ class CostTable:
     looks: dict[str, list[float]] = field(default_factory=dict)  # seconds of the drafter's last free looks
     # Per drafter: its last probes that failed in a row (the row stayed plain), across calls (live calls only).
     probe_streaks: dict[str, int] = field(default_factory=dict)
-    # Per (the call's drafter, batch bucket): the next rest a live batch takes from its free drafter when its looks
-    # lose (`GoodputController._judge_looks`), across calls: on this CPU anpd's looks lose in every static batch of 8,
-    # and each call learning that again from the first rest spent ~16 of its 64 steps looking.
-    batch_rests: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Per (the call's drafter, batch bucket, static batch): the next rest a live batch takes from its free drafter
+    # when its looks lose (`GoodputController._judge_looks`), across calls: on this CPU anpd's looks lose in every
+    # static batch of 8, and each call learning that again from the first rest spent ~16 of its 64 steps looking
+    # (while prompts wait to join, the same batch size's looks paid).
+    batch_rests: dict[tuple[str, int, bool], int] = field(default_factory=dict)
     # A drafter's one-off work when first asked to draft a row (`Drafter.prepare`: a draft model's prefill):
     # seconds ~ [1, tokens fed / CONTEXT_UNIT] (a fixed part, ~1 ms for a small draft on this CPU, and per token).
     prepares: dict[str, LinearFit] = field(default_factory=dict)

@@ -183,7 +183,7 @@ def test_prepare_builds_the_tables_of_rows_asked_to_draft_and_propose_only_looks
     assert draft.num_nodes.tolist() == [4, 0]
 
 
-def test_observe_counts_committed_tokens_never_rejected_drafts() -> None:
+def test_committed_tokens_are_counted_when_the_row_next_drafts_never_rejected_drafts() -> None:
     drafter = AnpdDrafter(AnpdOptions(n=3, k=4))
     sequences = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 4, 5, 4]]
     draft = drafter.propose(_state([0, 1], sequences))
@@ -196,7 +196,10 @@ def test_observe_counts_committed_tokens_never_rejected_drafts() -> None:
     for sequence, new in zip(sequences, committed):
         sequence.extend(new)
     drafter.observe(_state([0, 1], sequences), draft, verdict, committed, None)
-    for row, sequence in enumerate(sequences):
+    assert [drafter.tables[row].length for row in (0, 1)] == [8, 5]  # counted when the row next drafts
+    resting = [sequences[1] + [4, 5]]  # row 1 commits two more tokens without drafting (the controller rests it)
+    drafter.propose(_state([0, 1], [sequences[0], resting[0]]))
+    for row, sequence in enumerate([sequences[0], resting[0]]):
         assert_matches_reference(drafter.tables[row], sequence)
     assert drafter.tables[0].entry((3,)).counts == {1: 2, 9: 1}  # the rejected 3 -> 1 was not counted
     assert drafter.tables[0].entry((9, 1)) is None and drafter.tables[1].entry((7, 5)) is None
@@ -210,15 +213,16 @@ def test_rows_leaving_the_batch_are_dropped() -> None:
 
 
 class RecordingAnpd(AnpdDrafter):
-    """Keeps each row's table after every observe, so a test can inspect it after generate() returns
+    """Keeps each row's table after every propose, so a test can inspect it after generate() returns
     (a row's table is dropped once the row leaves the batch)."""
 
     final_tables: dict[int, NGramTable]
 
-    def observe(self, state, draft, verdict, committed, extra_logits) -> None:
-        super().observe(state, draft, verdict, committed, extra_logits)
+    def propose(self, state):
+        draft = super().propose(state)
         self.final_tables = getattr(self, "final_tables", {})
         self.final_tables.update({row: self.tables[row] for row in state.row_ids if row in self.tables})
+        return draft
 
 
 def test_table_after_generation_is_prompt_plus_output() -> None:
@@ -227,7 +231,12 @@ def test_table_after_generation_is_prompt_plus_output() -> None:
     drafter = RecordingAnpd(AnpdOptions(n=4, k=5))
     out = specdec.generate(model, prompts, drafter=drafter, max_new_tokens=20)
     for row, prompt in enumerate(prompts):
-        assert_matches_reference(drafter.final_tables[row], prompt + out.sequences[row])
+        # What the table counted by its last draft is a prefix of the committed text: with the rest counted,
+        # it is exactly the table of prompt + output (never a rejected draft).
+        table, full = drafter.final_tables[row], prompt + out.sequences[row]
+        assert len(prompt) < table.length <= len(full)
+        table.extend(full[table.length :])
+        assert_matches_reference(table, full)
 
 
 # -- greedy identity --------------------------------------------------------------------------------

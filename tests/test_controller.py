@@ -574,7 +574,7 @@ def test_a_live_batch_rests_from_a_free_drafter_whose_looking_steps_do_not_pay()
         left = [max(1, left[0] - 5), left[1] - 1]
         resting.append(not any(plan.budget))
     assert ctl.counts["plain_reasons"].get(BATCH_REST_REASON, 0) > 0
-    assert model.live.batch_rests[("d", 2)] > 2 * FIRST_REST  # rests doubled
+    assert model.live.batch_rests[("d", 2, True)] > 2 * FIRST_REST  # rests doubled
     # A later call on the same model: its first rest is the one the last call learnt.
     later = controller(model, probe_after=1024, max_probe_interval=1024)
     steps = [not any(batch_step(later, [64, 64], [0, 0], waiting=False, seconds=0.014).budget) for _ in range(40)]
