@@ -463,6 +463,40 @@ def test_a_drafter_whose_free_looks_cost_a_lot_is_not_free_again():
     assert controller(young).plan([0], [100], 64).free == [True]
 
 
+def test_a_drafter_kept_from_looking_by_its_last_looks_looks_again_in_the_next_call():
+    # Regression: on a small model anpd's looks once cost a little over the line, and a drafter that no longer
+    # looks never measures its looks again: it was planned from its estimates for the rest of the process.
+    model = synthetic()
+    step_seconds = model.live.verify(1, 1)
+    line = CHEAP_DRAFT * step_seconds
+    for _ in range(5):
+        model.observe_look("d", 1.5 * line)
+        model.observe_draft("d", 4, 4, 0.5 * line)
+    lookup = {"verify": step_seconds, "draft_by_member": {"d": (4, 4, 0.5 * line)}}
+    ctl = controller(model)
+    for _ in range(2 * LEARN_EVERY):  # it looks again, and its looks now cost little: it stays free
+        plan, _ = step(ctl, [0], [[1, 2, 3, 4]], [2], lookup)
+        assert plan.free == [True]
+    assert model.live.look_cost("d") < line
+    # Once per call: looks that cost over the line again keep it from looking for the rest of the call.
+    again = synthetic()
+    for _ in range(5):
+        again.observe_look("d", 1.5 * line)
+        again.observe_draft("d", 4, 4, 0.5 * line)
+    ctl = controller(again)
+    costly_look = {"verify": step_seconds, "draft_by_member": {"d": (4, 4, 1.5 * line)}}
+    plan, _ = step(ctl, [0], [[1, 2, 3, 4]], [2], costly_look)
+    assert plan.free == [True]
+    plans = [step(ctl, [0], [[1, 2, 3, 4]], [2], lookup)[0] for _ in range(LEARN_EVERY)]
+    assert not any(p.free[0] for p in plans)
+    # Looks far over the line (a draft model's) are not tried again.
+    far = synthetic()
+    for _ in range(5):
+        far.observe_look("d", 4 * line)
+        far.observe_draft("d", 1, 1, 0.5 * line)
+    assert controller(far).plan([0], [100], 64).free == [False]
+
+
 def test_a_drafters_first_timing_is_learnt_at_once():
     """Timings are learnt in batches of LEARN_EVERY steps, but a drafter's first at once: an unmeasured
     drafter gets one free look, and a costly one is planned from the very next step."""
