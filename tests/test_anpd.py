@@ -197,9 +197,9 @@ def test_committed_tokens_are_counted_when_the_row_next_drafts_never_rejected_dr
         sequence.extend(new)
     drafter.observe(_state([0, 1], sequences), draft, verdict, committed, None)
     assert [drafter.tables[row].length for row in (0, 1)] == [8, 5]  # counted when the row next drafts
-    resting = [sequences[1] + [4, 5]]  # row 1 commits two more tokens without drafting (the controller rests it)
-    drafter.propose(_state([0, 1], [sequences[0], resting[0]]))
-    for row, sequence in enumerate([sequences[0], resting[0]]):
+    sequences[1] += [4, 5]  # row 1 commits two more tokens without drafting (the controller rests it)
+    drafter.propose(_state([0, 1], sequences))
+    for row, sequence in enumerate(sequences):
         assert_matches_reference(drafter.tables[row], sequence)
     assert drafter.tables[0].entry((3,)).counts == {1: 2, 9: 1}  # the rejected 3 -> 1 was not counted
     assert drafter.tables[0].entry((9, 1)) is None and drafter.tables[1].entry((7, 5)) is None
