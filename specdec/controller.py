@@ -357,13 +357,14 @@ class GoodputController:
 
         known = [r.context for r in rows if r.context is not None]
         context = sum(known) / len(known) if known else None
-        lines = {name: table.draft_line(name, context) for name in self.order}
+        # (after drafting its cost is paid: no fit to read)
+        lines = {name: table.draft_line(name, context) for name in self.order} if draft_seconds is None else {}
 
         def draft_cost(name: str) -> float:  # CostTable.draft at lag 0, the fit read once per search
             constant, per_level, per_node, _ = lines[name]
             return max(0.0, constant + per_level * levels[name] + per_node * nodes[name])
 
-        drafting = {name: draft_cost(name) for name in nodes}
+        drafting = {name: draft_cost(name) for name in nodes} if draft_seconds is None else {}
         # A row's first draft with a drafter pays its one-off prepare (a draft model's prefill). Alone, the start
         # rule in `plan` spreads it over the row's tokens left; priced with the batch, each step carries the
         # share of its tokens: prepare * (1 + sum p) / tokens left (a drafted step of a continuous batch of 4 saved
