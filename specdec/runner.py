@@ -20,6 +20,5 @@ from .target import TargetRunner, context_length, model_device, model_dtype
 from .validation import prune_draft
 
 __all__ = ["LayerPlan", "TargetRunner", "WeightFormat", "check_model_supported", "context_length", "cost_clock",
-           "device_key",
-           "layout_for", "lean_forward_supports", "model_device", "model_dtype", "parse_dtype", "prune_draft",
-           "row_forward_seconds", "settled_for"]
+           "device_key", "layout_for", "lean_forward_supports", "model_device", "model_dtype", "parse_dtype",
+           "prune_draft", "row_forward_seconds", "settled_for"]
