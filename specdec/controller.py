@@ -241,6 +241,7 @@ class _Row:
     # that keeps a cache of its own (a draft model) must feed before it drafts again.
     lag: dict[str, float] = field(default_factory=dict)
     prepared: set[str] = field(default_factory=set)  # drafters asked to draft here already (prepare done)
+    right: set[str] = field(default_factory=set)  # drafters with a draft token accepted in this row
     probed: str | None = None  # a costly drafter probed at the last plan, whose outcome the next plan judges
     pace: float = 1.0  # recent tokens committed per step (static batches weigh rows by steps left)
     quiet: int = 0  # steps left in which the row decodes plainly without being priced again
@@ -517,16 +518,19 @@ class GoodputController:
         this CPU a row's share is a quarter of a lone step, and draft-model probes priced as alone had their
         drafts and prefills fourfold too cheap.
 
-        `lag`: the catch-up to price (default: the row's current one). Where the drafter drafted in the row before,
-        `plan` prices the catch-up of one interval, not the row's current lag: that lag grows with every step the
-        row waits, and so did the wait, faster than it ran (a draft model's fitted catch-up, ~1.1% of a plain step a
-        token, against a 1% share), so a row plain after a few failed drafts never probed again: 113 plain steps on
-        qa answers where transformers' heuristic commits 3-4 tokens a step; 93 steps against the heuristic's 26 on a
-        translation prompt that turns repetitive after its first ten drafts failed. (Rows where the drafter had
-        drafted but never been right kept the full price until stop 47, for ppd_draft_model's sake when it barely
-        beat plain decoding; in an interleaved A/B over Spec-Bench's six categories the interval's price everywhere
-        took draft_model from 1.429x to 1.465x of plain decoding and ppd_draft_model from 1.423x to 1.491x,
-        translation 1.29x to 1.60x, summarization 1.00x to 1.11x.)"""
+        `lag`: the catch-up to price (default: the row's current one). For a row alone where the drafter drafted
+        before, and in a live batch where it was right before (a draft token accepted), `plan` prices the catch-up
+        of one interval, not the row's current lag: that lag grows with every step the row waits, and so did the
+        wait, faster than it ran (a draft model's fitted catch-up, ~1.1% of a plain step a token, against a 1%
+        share), so a row plain after a few failed drafts never probed again: 113 plain steps on qa answers where
+        transformers' heuristic commits 3-4 tokens a step; 93 steps against the heuristic's 26 on a translation
+        prompt that turns repetitive after its first ten drafts failed. Stop 40 kept that price to rows where the
+        drafter had been right; for a row alone it is now every drafted row (stop 47: in an interleaved A/B over
+        Spec-Bench's six categories draft_model went from 1.429x to 1.465x of plain decoding and ppd_draft_model
+        from 1.423x to 1.491x, translation 1.29x to 1.60x, summarization 1.00x to 1.11x). Not in a batch, where a
+        probe holds up every row and is priced here as the row alone: there draft_model's probes and the drafting
+        they set off took it from 1.00x to 0.83-0.95x of batched plain decoding at batch 4 and 8 (continuous and
+        static)."""
         items, _, _, best_one = option
         table, packed = self.table, self.packed
         context = items.context
@@ -677,9 +681,10 @@ class GoodputController:
                 # (its first node verified) costs next to nothing whatever the row does instead.
                 instead = 0.0 if name in cheap_names else max(
                     (o[2] for other, o in options.items() if other != name), default=0.0)
-                # (where the drafter drafted here before, the catch-up grown while the row waited is priced at
-                # one interval's: `_probe_wait`; before its first draft the row's prompt is its catch-up)
-                grown = min(option[0].lag, row.interval[name]) if name in row.prepared else None
+                # (the catch-up grown while the row waited priced at one interval's, `_probe_wait`: for a row
+                # alone wherever the drafter drafted here before, in a live batch only where it was right here)
+                grown = min(option[0].lag, row.interval[name]) if (
+                    name in row.right if row_seconds is not None else name in row.prepared) else None
                 wait = self._probe_wait(option, instead, row_seconds, grown)
                 lost = wait * self.options.probe_share / len(self.order)  # the probe's expected loss, in row-steps
                 # A row that would decode plainly probes a drafter not yet verified in it after the first
@@ -1275,6 +1280,8 @@ class GoodputController:
             self.counts["expected_tokens"] += cut.expected[b]
             on_path = set(paths[b][: counts[b]])
             accepted = [node in on_path for node in cut.order[b]]
+            if any(accepted):
+                row.right.add(name)
             up = cut.up[b] or [i - 1 for i in range(len(accepted))]
             if explored:  # the steps since its last verdict here (`since` counts this one too)
                 row.estimates[name].fade(row.since[name] - 1)
