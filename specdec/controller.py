@@ -524,7 +524,7 @@ class GoodputController:
         wait, faster than it ran (a draft model's fitted catch-up, ~1.1% of a plain step a token, against a 1%
         share), so a row plain after a few failed drafts never probed again: 113 plain steps on qa answers where
         transformers' heuristic commits 3-4 tokens a step; 93 steps against the heuristic's 26 on a translation
-        prompt that turns repetitive after its first ten drafts failed. Stop 40 kept that price to rows where the
+        prompt that turns repetitive after its first drafts mostly failed. Stop 40 kept that price to rows where the
         drafter had been right; for a row alone it is now every drafted row (stop 47: in an interleaved A/B over
         Spec-Bench's six categories draft_model went from 1.429x to 1.465x of plain decoding and ppd_draft_model
         from 1.423x to 1.491x, translation 1.29x to 1.60x, summarization 1.00x to 1.11x). Not in a batch, where a
