@@ -683,8 +683,8 @@ class GoodputController:
                     (o[2] for other, o in options.items() if other != name), default=0.0)
                 # (the catch-up grown while the row waited priced at one interval's, `_probe_wait`: for a row
                 # alone wherever the drafter drafted here before, in a live batch only where it was right here)
-                grown = min(option[0].lag, row.interval[name]) if (
-                    name in row.right if row_seconds is not None else name in row.prepared) else None
+                interval_priced = row.right if row_seconds is not None else row.prepared
+                grown = min(option[0].lag, row.interval[name]) if name in interval_priced else None
                 wait = self._probe_wait(option, instead, row_seconds, grown)
                 lost = wait * self.options.probe_share / len(self.order)  # the probe's expected loss, in row-steps
                 # A row that would decode plainly probes a drafter not yet verified in it after the first
