@@ -896,6 +896,31 @@ def test_corrections_learnt_behind_long_contexts_do_not_price_short_ones():
     assert table.verify_from(1, 1, 3, True, 40) == pytest.approx([table.verify(1, w, True, 40) for w in (1, 2, 3)])
 
 
+def test_a_width_no_step_used_reads_the_corrections_of_its_neighbours():
+    """A batch of 8 that learnt a dearer plain step (grid point 0) and drafted steps of 4 to 8 extra inputs never
+    priced 1 to 3 extra inputs at the bare curve (8-14% below its plain step after a batching run here): a width
+    without a correction of its own reads the nearest learnt ones on either side (`correction_sources`), in both
+    ways of pricing, and learning there first starts from that value."""
+    model = CostModel("test")
+    grid = (0, 1, 2, 3, 4, 8, 16, 32)
+    seconds = tuple(1.0 + 0.05 * min(e, 8) for e in grid)
+    curve = model.live.curves[(True, 8)] = VerifyCurve(8, grid, seconds)
+    table = model.table()
+    for _ in range(60):  # plain steps cost 25% more than measured, drafted ones of 4 and 8 extra inputs 6% more
+        model.observe_verify(8, 8, True, 1.25 * seconds[0])
+        model.observe_verify(8, 12, True, 1.06 * curve.at(4))
+        model.observe_verify(8, 16, True, 1.06 * curve.at(8))
+    plain = table.verify(8, 8)
+    assert [table.verify(8, 8 + e) > plain for e in (1, 2, 3, 4)] == [True] * 4
+    factors = [table.verify(8, 8 + e) / (table.scale[True] * curve.at(e)) for e in (0, 1, 2, 3, 4)]
+    assert factors == sorted(factors, reverse=True)  # from the plain step's correction down to 4 extra inputs'
+    assert table.verify_from(8, 8, 20) == pytest.approx([table.verify(8, 8 + e) for e in range(20)], rel=1e-9)
+    before = table.verify(8, 10)
+    model.observe_verify(8, 10, True, before)  # first learnt at 2 extra inputs: priced as before, so unchanged
+    assert table.verify(8, 10) == pytest.approx(before, rel=1e-9)
+    assert table.verify_from(8, 8, 20) == pytest.approx([table.verify(8, 8 + e) for e in range(20)], rel=1e-9)
+
+
 def test_live_decisions_learn_costs():
     model = synthetic()
     ctl = controller(model)
