@@ -48,9 +48,9 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -151,6 +151,14 @@ class _Items:
     lag: float = 0.0  # tokens committed since the drafter last drafted this row (its catch-up)
     prepare: float = 0.0  # tokens the drafter's one-off `prepare` feeds first (not asked in this row yet)
     left: float = 0.0  # tokens the row may still commit (what a prepare is spread over)
+
+
+class LiveBatch(NamedTuple):
+    """A live batch's step as a row's probe is priced in it (`GoodputController._probe_wait`)."""
+
+    rows: int
+    context: float | None  # mean tokens in the rows' caches
+    row_seconds: float  # a row's share of the batch's plain step
 
 
 @dataclass
@@ -355,8 +363,7 @@ class GoodputController:
                 levels[r.member] = max(levels.get(r.member, 0), k)
                 nodes[r.member] = nodes.get(r.member, 0) + k
 
-        known = [r.context for r in rows if r.context is not None]
-        context = sum(known) / len(known) if known else None
+        context = mean_context(r.context for r in rows)
         # (after drafting its cost is paid: no fit to read)
         lines = {name: table.draft_line(name, context) for name in self.order} if draft_seconds is None else {}
 
@@ -505,18 +512,21 @@ class GoodputController:
         return name not in row.prepared and name in self.table.prepares
 
     def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0,
-                    row_seconds: float | None = None, lag: float | None = None) -> float:
+                    batch: LiveBatch | None = None, lag: float | None = None) -> float:
         """Steps to wait before probing a drafter, so that probes expected to lose cost at most
-        `probe_share` of the time (PPD's probe takes two steps: its prompt slots, then its tree). A probe
+        `probe_share` of the row's time (PPD's probe takes two steps: its prompt slots, then its tree). A probe
         loses against what the row would do instead: a plain step, or (drafter="auto") another drafter's
         expected rate `instead` when that is higher: probing draft_model in a row where anpd's chains
         commit three tokens a step costs those tokens, not a plain step's one.
 
-        The loss is priced as the row alone; `row_seconds` is the row's share of a plain step (a live batch:
-        the batch's plain step over its rows; None: a row alone). A probe holds up every row of the batch,
-        so B rows probing every W steps lose B * loss / W of a step costing B * row_seconds: at batch 8 on
-        this CPU a row's share is a quarter of a lone step, and draft-model probes priced as alone had their
-        drafts and prefills fourfold too cheap.
+        A row alone (or a frozen row, priced alone) pays the probe's draft, verify and overhead against a plain
+        step. In a live `batch` the probe makes the batch's step dearer for every row: it pays its draft, what
+        its inputs add to the batch's verification forward and a drafted step's overhead over a plain one's,
+        against the tokens it promises at the row's share of a plain step; and B rows probing every W steps lose
+        B * loss / W of a step costing B * row share, so the wait is the loss over the share times the row's
+        share. Priced as the row alone, draft-model probes at batch 4 and 8 on this CPU were 4x too cheap in
+        tokens (a row's share there is a quarter of a lone step), and the probes and the drafting they set off
+        took draft_model from 1.00x to 0.83-0.95x of batched plain decoding (stop 47).
 
         `lag`: the catch-up to price (default: the row's current one). For a row alone where the drafter drafted
         before, and in a live batch where it was right before (a draft token accepted), `plan` prices the catch-up
@@ -527,28 +537,34 @@ class GoodputController:
         prompt that turns repetitive after its first drafts mostly failed. Stop 40 kept that price to rows where the
         drafter had been right; for a row alone it is now every drafted row (stop 47: in an interleaved A/B over
         Spec-Bench's six categories draft_model went from 1.429x to 1.465x of plain decoding and ppd_draft_model
-        from 1.423x to 1.491x, translation 1.29x to 1.60x, summarization 1.00x to 1.11x). Not in a batch, where a
-        probe holds up every row and is priced here as the row alone: there draft_model's probes and the drafting
-        they set off took it from 1.00x to 0.83-0.95x of batched plain decoding at batch 4 and 8 (continuous and
-        static)."""
+        from 1.423x to 1.491x, translation 1.29x to 1.60x, summarization 1.00x to 1.11x)."""
         items, _, _, best_one = option
         table, packed = self.table, self.packed
         context = items.context
         plain = table.verify(1, 1, packed, context) + self._overhead(False)
-        inputs = 1 + items.base + sum(items.sizes[:best_one])
+        extra = items.base + sum(items.sizes[:best_one])
         # A probe pays the drafter's catch-up too (a draft model feeds every token since it last drafted),
         # and in a row not drafted yet its one-off `prepare` (a draft model's prefill of the whole prompt:
         # behind a 1000-token document ~30 plain steps of a small target, which a probe in every request paid).
         catch_up = items.lag if lag is None else lag
-        seconds = (table.draft(items.member, best_one, best_one, catch_up, context) + table.verify(1, inputs, packed, context)
-                   + self._overhead() + table.prepare(items.member, items.prepare))
-        if items.base:
-            seconds += table.verify(1, 1 + items.base, packed, context) - table.verify(1, 1, packed, context)
-        loss = seconds - (1.0 + sum(items.probs[:best_one])) / max(1.0 / plain, instead)
+        drafting = table.draft(items.member, best_one, best_one, catch_up, context) + table.prepare(items.member,
+                                                                                                    items.prepare)
+        rows, step_context, row_seconds = (1, context, plain) if batch is None else batch
+        # What the probe adds to the step: its inputs in the forward (prompt slots first: PPD's first step is a
+        # forward of its slots alone), a drafted step's overhead over a plain one's.
+        plain_verify = table.verify(rows, rows, packed, step_context)
+        added = drafting + self._overhead() - self._overhead(False)
+        for width in (extra, items.base) if items.base else (extra,):
+            added += table.verify(rows, rows + width if packed or rows == 1 else rows * (1 + width), packed,
+                                  step_context) - plain_verify
+        # Time the row spends on the step's tokens, less what it would spend on them instead: `instead`, a rate
+        # of the row alone, counts as the tokens it commits per plain step.
+        tokens_instead = max(1.0, instead * plain)
+        loss = row_seconds + added - (1.0 + sum(items.probs[:best_one])) * row_seconds / tokens_instead
         share = self.options.probe_share / len(self.order)
         if items.base:  # a probe that needs prompt slots (PPD's) measures the device more than the text
             share /= self._probe_discount(items.member)
-        return max(0.0, loss) / (share * (plain if row_seconds is None else min(plain, row_seconds)))
+        return max(0.0, loss) / (share * row_seconds)
 
     def _probe_discount(self, name: str | None) -> float:
         """How many times rarer than `probe_share` allows a drafter's probes come: its probes failed
@@ -601,7 +617,7 @@ class GoodputController:
         # A live batch's plain step, read once: what a row's probe holds up (its share) and what static-batch
         # tokens are worth (`row_weights`). Frozen and lone rows are priced alone.
         parts = self._step_parts(len(row_ids), row_contexts) if self.live and len(row_ids) > 1 else None
-        row_seconds = parts[1] / len(row_ids) if parts is not None else None
+        batch = None if parts is None else LiveBatch(len(row_ids), mean_context(row_contexts), parts[1] / len(row_ids))
         batch_resting = self._batch_rest > 0
         if batch_resting:
             self._batch_rest -= 1
@@ -683,9 +699,9 @@ class GoodputController:
                     (o[2] for other, o in options.items() if other != name), default=0.0)
                 # (the catch-up grown while the row waited priced at one interval's, `_probe_wait`: for a row
                 # alone wherever the drafter drafted here before, in a live batch only where it was right here)
-                interval_priced = row.right if row_seconds is not None else row.prepared
+                interval_priced = row.right if batch is not None else row.prepared
                 grown = min(option[0].lag, row.interval[name]) if name in interval_priced else None
-                wait = self._probe_wait(option, instead, row_seconds, grown)
+                wait = self._probe_wait(option, instead, batch, grown)
                 lost = wait * self.options.probe_share / len(self.order)  # the probe's expected loss, in row-steps
                 # A row that would decode plainly probes a drafter not yet verified in it after the first
                 # interval when the probe's expected loss is under FIRST_PROBE_SHARE of the request's remaining
@@ -909,8 +925,7 @@ class GoodputController:
     def _step_parts(self, batch: int, contexts: Sequence[float | None]) -> tuple[float, float]:
         """(seconds a row adds to a plain step, the whole plain step): what one row leaving a static batch
         saves per step, and what finishing the whole batch a step sooner saves."""
-        known = [c for c in contexts if c is not None]
-        context = sum(known) / len(known) if known else None
+        context = mean_context(contexts)
         table, overhead = self.table, self._overhead(False)
         full = table.verify(batch, batch, self.packed, context) + overhead
         less = table.verify(batch - 1, batch - 1, self.packed, context) + overhead if batch > 1 else 0.0
@@ -1397,6 +1412,12 @@ class GoodputController:
         if self.options.trace:
             out["trace"] = self.trace
         return out
+
+
+def mean_context(contexts: Iterable[float | None]) -> float | None:
+    """The mean of the known contexts (None: none known): what a batch's step is priced behind."""
+    known = [c for c in contexts if c is not None]
+    return sum(known) / len(known) if known else None
 
 
 def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: bool, marginal: float = 1.0,

@@ -22,6 +22,7 @@ from specdec.controller import (
     QUIET_SAMPLE,
     ControllerOptions,
     GoodputController,
+    LiveBatch,
     Member,
     Plan,
     _Items,
@@ -385,6 +386,28 @@ def test_a_plain_row_keeps_probing_while_its_catch_up_grows():
     _, ctl = run(False, rows=2, steps=600)
     row = ctl.rows[0]
     assert row.due["d"] > row.since["d"] + 500
+
+
+def test_a_probe_in_a_live_batch_is_priced_at_the_batch_step():
+    """A probe in a live batch makes every row's step dearer: it pays what its inputs add to the batch's forward,
+    against its tokens at the row's share of a plain step. A probe that pays for itself alone (a lone plain step
+    is worth twice a row's share here) waits in a batch of four, and waits the longer the dearer its inputs
+    make the batch's forward. Priced as the row alone it never waited, and draft_model's probes took it to
+    0.83-0.95x of batched plain decoding at batch 4 and 8."""
+    model = synthetic(draft=(0.0, 0.0, 0.001))  # 1 ms a node; a lone plain step 10 ms, 2 extra inputs 14 ms
+    model.live.curves[(True, 4)] = VerifyCurve(4, GRID, (0.020, 0.023, 0.026, 0.030, 0.036, 0.04, 0.05, 0.07))
+    ctl = controller(model)
+    items = _Items([0.5, 0.4], [1, 1], 0, member="d")
+    option = (items, 2, 0.0, 2)
+    assert ctl._probe_wait(option) == 0.0  # alone: 12 ms for 1.9 tokens against 10 ms a token
+    share = ctl.options.probe_share
+    row_share = 0.020 / 4
+    # in the batch: 2 ms of draft and 6 ms of forward for 0.9 tokens at 5 ms
+    assert ctl._probe_wait(option, batch=LiveBatch(4, None, row_share)) == pytest.approx(
+        (0.002 + 0.006 - 0.9 * row_share) / (share * row_share))
+    model.live.curves[(True, 4)] = VerifyCurve(4, GRID, (0.020, 0.021, 0.022, 0.024, 0.03, 0.04, 0.05, 0.07))
+    model.live.changed()
+    assert ctl._probe_wait(option, batch=LiveBatch(4, None, row_share)) == 0.0  # 4 ms for 0.9 tokens: pays
 
 
 def test_a_free_drafters_first_probe_is_not_held_back():
