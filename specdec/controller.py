@@ -108,6 +108,12 @@ FIRST_PROBE_STEPS = 12
 #: model's prefill of every row it drafts, rows joining). Near break-even, where a batch's drafts sit on this
 #: CPU, verifying them lost: draft_model 0.93x of plain at batch 2, anpd 0.93x at batch 8.
 BATCH_MARGIN = 0.05
+#: In a batch, a drafter's one-off prepare in a row (a draft model's prefill) must pay for itself within this many
+#: of the row's drafted steps (`_solve`), not over all its tokens left: whether a batch's rows draft is decided
+#: again every step, as rows join and leave and estimates move, and at batch 8 on this CPU rows that started a
+#: draft model stopped after a few drafted steps, having paid prefills that took draft_model to 0.93x of plain
+#: decoding (continuous batches).
+BATCH_PREPARE_STEPS = 8
 
 
 class ControllerOptions(BaseModel):
@@ -374,10 +380,12 @@ class GoodputController:
         drafting = {name: draft_cost(name) for name in nodes} if draft_seconds is None else {}
         # A row's first draft with a drafter pays its one-off prepare (a draft model's prefill). Alone, the start
         # rule in `plan` spreads it over the row's tokens left; priced with the batch, each step carries the
-        # share of its tokens: prepare * (1 + sum p) / tokens left (a drafted step of a continuous batch of 4 saved
-        # ~3% here, less than the prefills it set off).
-        prepares = [self.table.prepare(r.member, r.prepare) / max(r.left, 1.0) if r.prepare and r.member else 0.0
-                    for r in rows]
+        # share of its tokens: prepare * (1 + sum p) / tokens (a drafted step of a continuous batch of 4 saved
+        # ~3% here, less than the prefills it set off), the tokens being at most those of BATCH_PREPARE_STEPS
+        # steps drafting all the row offers.
+        prepares = [self.table.prepare(r.member, r.prepare)
+                    / max(1.0, min(r.left, BATCH_PREPARE_STEPS * (1.0 + sum(r.probs))))
+                    if r.prepare and r.member else 0.0 for r in rows]
 
         def charge(index: int, k: int) -> float:  # what keeping node k (0-based) of the row adds to it
             return prepares[index] * ((1.0 if k == 0 else 0.0) + rows[index].probs[k]) if draft_seconds is None else 0.0

@@ -13,6 +13,7 @@ import specdec
 from specdec.acceptance import FADE_FLOOR, RowAcceptance
 from specdec.controller import (
     BATCH_MARGIN,
+    BATCH_PREPARE_STEPS,
     CHEAP_DRAFT,
     FIRST_PROBE_STEPS,
     FIRST_REST,
@@ -726,6 +727,27 @@ def test_a_new_rows_probe_pays_the_drafters_prepare_and_learns_what_it_costs():
     assert model.live.prepare("d", 40) == pytest.approx(0.003, rel=0.2)
     assert model.live.prepare("d", 4000) > model.live.prepare("d", 400) > model.live.prepare("d", 40)
     assert model.live.prepare("d", 0) == 0.0  # a prepared row: nothing to feed, nothing to pay (not the fixed part)
+
+
+def test_a_batch_row_starts_a_drafter_only_if_its_prepare_pays_back_soon():
+    """In a live batch a draft model's prefill of a row (its prepare) must pay for itself within
+    BATCH_PREPARE_STEPS drafted steps, not over all the row's tokens left: whether batch rows draft is decided
+    again every step, and rows of a continuous batch of 8 that started a draft model stopped after a few drafted
+    steps, having paid prefills that took draft_model to 0.93x of plain decoding."""
+    model = synthetic(batch=2, draft=(0.0, 0.0, 0.0005))
+    for tokens in (200, 400, 800) * 3:
+        model.observe_prepare("d", tokens, 0.00025 * tokens)  # 100 ms for 400 tokens: ten plain steps
+    ctl = controller(model)
+
+    def kept(prepare: int, left: float) -> int:
+        rows = [_Items([0.9] * 4, [1] * 4, 0, member="d", prepare=prepare, left=left), _Items([], [], 0)]
+        return ctl._solve(rows, 2, None, None, BATCH_MARGIN)[0]
+
+    assert kept(0, 1000) == 4  # prepared already: four likely tokens for 2 ms of drafting and 5 ms of forward
+    assert kept(400, 20) == 0  # a prefill that twenty tokens cannot pay back
+    # Over 1000 tokens left the prefill looked cheap (0.5 ms a step); it has to pay back within 8 drafted steps.
+    assert kept(400, 1000) == kept(400, BATCH_PREPARE_STEPS * 4.6) == 0
+    assert kept(40, 1000) == 4  # a short prompt's prefill does
 
 
 def test_each_members_prepare_is_learnt_from_its_own_seconds():
