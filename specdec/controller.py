@@ -532,9 +532,9 @@ class GoodputController:
         its inputs add to the batch's verification forward and a drafted step's overhead over a plain one's,
         against the tokens it promises at the row's share of a plain step; and B rows probing every W steps lose
         B * loss / W of a step costing B * row share, so the wait is the loss over the share times the row's
-        share. Priced as the row alone, draft-model probes at batch 4 and 8 on this CPU were 4x too cheap in
-        tokens (a row's share there is a quarter of a lone step), and the probes and the drafting they set off
-        took draft_model from 1.00x to 0.83-0.95x of batched plain decoding (stop 47).
+        share. Priced as the row alone (before stop 48), a probe's tokens were each worth a lone plain step, 2-4x
+        a row's share at batch 2-8 on this CPU, and what its inputs add to a batch's forward was read off the
+        one-row curve.
 
         `lag`: the catch-up to price (default: the row's current one). For a row alone where the drafter drafted
         before, and in a live batch where it was right before (a draft token accepted), `plan` prices the catch-up

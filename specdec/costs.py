@@ -340,12 +340,12 @@ class CostTable:
         if low_curve is None or high_curve is None:
             curve = low_curve or high_curve or next(iter(self.curves.values()), None)
             return 0.0 if curve is None else (scale * curve.at(extra, context)
-                                              * self._correction(packed, curve, extra, band))
-        low_seconds = low_curve.at(extra, context) * self._correction(packed, low_curve, extra, band)
+                                              * self.correction(packed, curve, extra, band))
+        low_seconds = low_curve.at(extra, context) * self.correction(packed, low_curve, extra, band)
         if low == high:
             return scale * low_seconds
         share = (batch - low) / (high - low)
-        high_seconds = high_curve.at(extra, context) * self._correction(packed, high_curve, extra, band)
+        high_seconds = high_curve.at(extra, context) * self.correction(packed, high_curve, extra, band)
         return scale * ((1 - share) * low_seconds + share * high_seconds)
 
     def verify_from(self, batch: int, first: int, count: int, packed: bool = True,
@@ -387,7 +387,7 @@ class CostTable:
         self._terms[key] = terms
         return terms
 
-    def _correction(self, packed: bool, curve: VerifyCurve, extra: float, band: int) -> float:
+    def correction(self, packed: bool, curve: VerifyCurve, extra: float, band: int) -> float:
         """The correction of `extra` inputs on `curve` (`correction_sources`)."""
         if not self.corrections:
             return 1.0
@@ -570,7 +570,7 @@ class CostModel:
             key = (packed, bucket, nearest(curve.extras, max(0.0, inputs - batch)), context_band(context))
             old = table.corrections.get(key)
             if old is None:  # first learnt here: from what its neighbours said (what the prediction used)
-                old = table._correction(packed, curve, curve.extras[key[2]], key[3])
+                old = table.correction(packed, curve, curve.extras[key[2]], key[3])
             table.corrections[key] = min(4.0, max(0.25, math.exp(math.log(old) + 0.25 * part * math.log(ratio))))
             table.corrected(key)
 
