@@ -165,6 +165,7 @@ class LiveBatch(NamedTuple):
     rows: int
     context: float | None  # mean tokens in the rows' caches
     row_seconds: float  # a row's share of the batch's plain step
+    plain_verify: float  # the batch's plain verification forward (what a probe's inputs add to)
 
 
 @dataclass
@@ -549,7 +550,8 @@ class GoodputController:
         items, _, _, best_one = option
         table, packed = self.table, self.packed
         context = items.context
-        plain = table.verify(1, 1, packed, context) + self._overhead(False)
+        plain_overhead = self._overhead(False)
+        alone = table.verify(1, 1, packed, context)  # the row's plain forward, alone
         extra = items.base + sum(items.sizes[:best_one])
         # A probe pays the drafter's catch-up too (a draft model feeds every token since it last drafted),
         # and in a row not drafted yet its one-off `prepare` (a draft model's prefill of the whole prompt:
@@ -557,17 +559,17 @@ class GoodputController:
         catch_up = items.lag if lag is None else lag
         drafting = table.draft(items.member, best_one, best_one, catch_up, context) + table.prepare(items.member,
                                                                                                     items.prepare)
-        rows, step_context, row_seconds = (1, context, plain) if batch is None else batch
+        rows, step_context, row_seconds, plain_verify = (
+            (1, context, alone + plain_overhead, alone) if batch is None else batch)
         # What the probe adds to the step: its inputs in the forward (prompt slots first: PPD's first step is a
         # forward of its slots alone), a drafted step's overhead over a plain one's.
-        plain_verify = table.verify(rows, rows, packed, step_context)
-        added = drafting + self._overhead() - self._overhead(False)
+        added = drafting + self._overhead() - plain_overhead
         for width in (extra, items.base) if items.base else (extra,):
             added += table.verify(rows, rows + width if packed or rows == 1 else rows * (1 + width), packed,
                                   step_context) - plain_verify
         # Time the row spends on the step's tokens, less what it would spend on them instead: `instead`, a rate
         # of the row alone, counts as the tokens it commits per plain step.
-        tokens_instead = max(1.0, instead * plain)
+        tokens_instead = max(1.0, instead * (alone + plain_overhead))
         loss = row_seconds + added - (1.0 + sum(items.probs[:best_one])) * row_seconds / tokens_instead
         share = self.options.probe_share / len(self.order)
         if items.base:  # a probe that needs prompt slots (PPD's) measures the device more than the text
@@ -625,7 +627,8 @@ class GoodputController:
         # A live batch's plain step, read once: what a row's probe holds up (its share) and what static-batch
         # tokens are worth (`row_weights`). Frozen and lone rows are priced alone.
         parts = self._step_parts(len(row_ids), row_contexts) if self.live and len(row_ids) > 1 else None
-        batch = None if parts is None else LiveBatch(len(row_ids), mean_context(row_contexts), parts[1] / len(row_ids))
+        batch = None if parts is None else LiveBatch(len(row_ids), mean_context(row_contexts), parts[1] / len(row_ids),
+                                                     parts[1] - self._overhead(False))
         batch_resting = self._batch_rest > 0
         if batch_resting:
             self._batch_rest -= 1
@@ -1212,7 +1215,7 @@ class GoodputController:
             return
         count = len(plan.choice)
         spent = sum(timings.get(key) or 0.0 for key in ("draft", "verify", "other"))
-        context = sum(plan.contexts) / len(plan.contexts) if plan.contexts else None
+        context = mean_context(plan.contexts)
         price = self.table.verify(count, count, self.packed, context) + self._overhead(False)
         if spent <= 0 or price <= 0:
             return
@@ -1342,7 +1345,7 @@ class GoodputController:
                 return
         unlearnt = self._unlearnt
         first = False
-        context = sum(plan.contexts) / len(plan.contexts) if plan.contexts else None
+        context = mean_context(plan.contexts)
         if timings.get("verify") is not None:
             unlearnt.append(("verify", (len(self._current_ids), cut.inputs, self.packed, timings["verify"], context)))
         for name, (levels, nodes, seconds) in timings.get("draft_by_member", {}).items():

@@ -318,14 +318,14 @@ class CostTable:
         of Python a time on this CPU, ~2% of a small model's step at batch 1)."""
         packed, bucket, point, band = key
         factor = self.corrections[key]
-        rebuild = []
+        rebuild = set()
         for terms_key, terms in self._terms.items():
             if terms_key[0] == packed and terms_key[2] == band:
                 for term in terms:
                     if term.curve.batch == bucket and not term.correct(point, factor):
-                        rebuild.append(terms_key)  # a point learnt for the first time: widths read anew
+                        rebuild.add(terms_key)  # a point learnt for the first time: widths read anew
         for terms_key in rebuild:
-            self._terms.pop(terms_key, None)
+            del self._terms[terms_key]
 
     def verify(self, batch: int, inputs: float, packed: bool = True, context: float | None = None) -> float:
         """Seconds of a verification forward of `inputs` inputs over `batch` rows whose caches hold

@@ -404,11 +404,11 @@ def test_a_probe_in_a_live_batch_is_priced_at_the_batch_step():
     share = ctl.options.probe_share
     row_share = 0.020 / 4
     # in the batch: 2 ms of draft and 6 ms of forward for 0.9 tokens at 5 ms
-    assert ctl._probe_wait(option, batch=LiveBatch(4, None, row_share)) == pytest.approx(
+    assert ctl._probe_wait(option, batch=LiveBatch(4, None, row_share, 0.020)) == pytest.approx(
         (0.002 + 0.006 - 0.9 * row_share) / (share * row_share))
     model.live.curves[(True, 4)] = VerifyCurve(4, GRID, (0.020, 0.021, 0.022, 0.024, 0.03, 0.04, 0.05, 0.07))
     model.live.changed()
-    assert ctl._probe_wait(option, batch=LiveBatch(4, None, row_share)) == 0.0  # 4 ms for 0.9 tokens: pays
+    assert ctl._probe_wait(option, batch=LiveBatch(4, None, row_share, 0.020)) == 0.0  # 4 ms for 0.9 tokens: pays
 
 
 def test_a_free_drafters_first_probe_is_not_held_back():
