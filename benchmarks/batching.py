@@ -33,6 +33,8 @@ from pathlib import Path
 import torch
 
 import specdec
+from specdec.costs import CostModel, device_key
+from specdec.target import model_device
 
 from .datasets import PromptBuilder, load_dataset
 from .machine import machine_info
@@ -64,12 +66,14 @@ def load_prompts(tokenizer, context: int, count: int, new_tokens: int, max_promp
 
 
 def run_cell(target, prompts, mode: str, drafter: str, options: dict, new_tokens: int,
-             max_batch_size: int | None = None) -> specdec.GenerationOutput:
+             max_batch_size: int | None = None, cost_model: CostModel | None = None) -> specdec.GenerationOutput:
     """mode: autoregressive, padded (vanilla), unpadded (EMS-SD: unpadded cache + packed inputs),
     unpadded-kv (the unpadded cache with inputs padded to the widest row: EMS-SD's ablation),
     unpadded-adaptive (unpadded with the drafter's adaptive draft length), or continuous[-adaptive]
-    (unpadded, `max_batch_size` rows at once, refilled from `prompts`)."""
-    kwargs = dict(max_new_tokens=new_tokens, verifier="exact", eos_token_id=[], max_batch_size=max_batch_size)
+    (unpadded, `max_batch_size` rows at once, refilled from `prompts`). `cost_model`: the cell's own
+    (`CellCosts`); None prices with the one kept for the model."""
+    kwargs = dict(max_new_tokens=new_tokens, verifier="exact", eos_token_id=[], max_batch_size=max_batch_size,
+                  cost_model=cost_model)
     if drafter.startswith(ORACLE_PREFIX):
         options = {**options, "accuracy": float(drafter[len(ORACLE_PREFIX):])}
         drafter = "oracle"
@@ -81,6 +85,24 @@ def run_cell(target, prompts, mode: str, drafter: str, options: dict, new_tokens
     packed = False if mode == "unpadded-kv" else None
     return specdec.generate(target, prompts, drafter=drafter, drafter_options=options, batch_mode=batch_mode,
                             packed_inputs=packed, **kwargs)
+
+
+class CellCosts:
+    """One cost model per cell (mode, drafter), kept across its warm-ups, repeats and batch sizes, as a server
+    running that one method would keep it. Sharing the model's own made a cell's decisions depend on the cells
+    run before it in the process (pooled acceptance, probe streaks, batch rests and verify corrections learnt
+    from other drafters' steps): draft_model at B=2 never drafted after anpd's cells (0.92x of batched AR) and
+    drafted alone (1.27-1.39x). The Spec-Bench harness does the same (`execute.specdec_method`)."""
+
+    def __init__(self, target: torch.nn.Module) -> None:
+        self._device = device_key(model_device(target))
+        self._models: dict[tuple[str, str], CostModel] = {}
+
+    def __call__(self, mode: str, drafter: str) -> CostModel:
+        key = (mode, drafter)
+        if key not in self._models:
+            self._models[key] = CostModel(self._device)
+        return self._models[key]
 
 
 def _median(values: list[float]) -> float:
@@ -164,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
               "prompt_lengths": [len(p) for p in all_prompts], "rows": []}
 
     rows = result["rows"]
+    cell_costs = CellCosts(target)
     for batch in args.batch_sizes:
         batches = [all_prompts[i : i + batch] for i in range(0, len(all_prompts), batch)]
         continuous = any(m.startswith("continuous") for m in args.modes)
@@ -178,10 +201,10 @@ def main(argv: list[str] | None = None) -> int:
                 start, cpu_start = time.perf_counter(), time.process_time()
                 if mode.startswith("continuous"):
                     outs = [run_cell(target, all_prompts, mode, drafter, options.get(drafter, {}), args.new_tokens,
-                                     max_batch_size=batch)]
+                                     max_batch_size=batch, cost_model=cell_costs(mode, drafter))]
                 else:
-                    outs = [run_cell(target, prompts, mode, drafter, options.get(drafter, {}), args.new_tokens)
-                            for prompts in batches]
+                    outs = [run_cell(target, prompts, mode, drafter, options.get(drafter, {}), args.new_tokens,
+                                     cost_model=cell_costs(mode, drafter)) for prompts in batches]
                 setup = sum(out.stats.setup_cpu_time for out in outs)
                 if repeat < 0:  # a warm-up run: only its one-off work is kept
                     first_setup[mode, drafter] += setup

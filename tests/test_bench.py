@@ -432,6 +432,40 @@ def test_oracle_accuracy_sets_how_often_its_guesses_are_right():
     assert 0.25 < rates[0.5] < 0.75
 
 
+def test_each_batching_cell_prices_its_steps_with_a_cost_model_of_its_own(tmp_path, monkeypatch):
+    """`python -m specdec.benchmarks.batching` on the bundled pair, shrunk: every speculative cell (mode, drafter)
+    keeps one cost model over its warm-up, repeats and batch sizes, none shared with another cell or with the
+    model's own (sharing that one, draft_model at B=2 drafted or not depending on the cells run before it)."""
+    from specdec.benchmarks import batching
+
+    import specdec
+    from specdec.costs import cost_model_for
+
+    seen: dict[tuple, list] = {}
+    targets = []
+    real = specdec.generate
+
+    def recorded(model, prompts, *, drafter, cost_model=None, batch_mode="unpadded", max_batch_size=None, **kwargs):
+        targets.append(model)
+        key = (drafter if isinstance(drafter, str) else drafter.name, batch_mode, max_batch_size is not None)
+        seen.setdefault(key, []).append(cost_model)
+        return real(model, prompts, drafter=drafter, cost_model=cost_model, batch_mode=batch_mode,
+                    max_batch_size=max_batch_size, **kwargs)
+
+    monkeypatch.setattr(specdec, "generate", recorded)
+    assert batching.main(["--batch-sizes", "1", "2", "--prompts", "2", "--new-tokens", "4", "--drafters", "anpd",
+                          "--modes", "unpadded", "continuous", "--oracle-accuracies", "1.0", "--repeats", "1",
+                          "--threads", "1", "--out", str(tmp_path)]) == 0
+    speculative = {key: models for key, models in seen.items() if key[0] != "none"}
+    assert set(speculative) == {("anpd", "unpadded", False), ("anpd", "unpadded", True),
+                                ("oracle", "unpadded", False)}
+    per_cell = [{id(m) for m in models} for models in speculative.values()]
+    assert all(len(models) >= 4 for models in speculative.values())  # warm-up and repeat at B = 1 and 2
+    assert all(len(ids) == 1 for ids in per_cell) and len(set.union(*per_cell)) == len(per_cell)
+    shared = cost_model_for(targets[0], "cpu")
+    assert all(models[0] is not None and models[0] is not shared for models in speculative.values())
+
+
 def test_draft_vocab_benchmark_writes_a_table_of_equal_outputs(tmp_path):
     """`python -m specdec.benchmarks.draft_vocab` on the bundled pair, shrunk to 2 prompts: every cell's
     output equals autoregressive decoding, coverage shrinks with the vocabulary, and the table is written."""
