@@ -283,6 +283,14 @@ class RowAcceptance:
             else:
                 self.score_mean[i] = self.decay * self.score_mean[i] + (1 - self.decay) * score
 
+    def relaxed(self, fraction: float) -> RowAcceptance:
+        """A fork (same weight and decay) whose prior conditionals lie `fraction` of the way from this estimate's
+        back to the default prior (PRIOR_FIRST, then PRIOR_NEXT): for a pooled estimate that no verdict reached for
+        a while, what the requests it was learnt on accepted says less and less about the next one."""
+        fresh = self.fork(self.weight, self.decay)
+        fresh.prior = [(1.0 - fraction) * c + fraction * _prior([], i) for i, c in enumerate(fresh.prior)]
+        return fresh
+
     def fork(self, weight: float = PRIOR_WEIGHT, decay: float = DECAY) -> RowAcceptance:
         """A fresh estimate whose prior is this one (pooled rows -> a new row's starting point)."""
         count = max(len(self.trials), len(self.prior), 1)

@@ -63,6 +63,12 @@ from .validation import keep_nodes, narrow_draft
 
 #: Pooled (drafter-level) estimates forget more slowly than a row's: they are a prior, not a reading.
 POOLED_DECAY = 0.98
+#: A live call in which no verdict on a drafter reached its pooled estimate hands the next call that estimate moved
+#: this share of the way back to the default prior (`RowAcceptance.relaxed`). Otherwise a pessimistic pooled
+#: estimate never changes once rows stop drafting on it: in static batches of 2 (each call a new batch), after
+#: three calls on translation and summarization prompts no later call drafted at all, and draft_model ran level
+#: with batched plain decoding where drafting every step ran 1.33x.
+POOLED_RELAX = 0.5
 #: A drafter whose drafts cost at most this share of a plain step proposes all it can every step, and the cut
 #: decides after seeing its scores. At 0.1, anpd's lookups (0.15 ms) on a small model's 1.5 ms step
 #: flickered across the line; priced then by its average acceptance before drafting, which mixes its hits
@@ -318,6 +324,7 @@ class GoodputController:
         self._free_limit = float("inf")  # most seconds a free drafter's draft may cost (set with `_cheap`)
         self._look_retry = set(self.order)  # drafters that may look once more in this call (`_cheap_drafters`)
         self.streaks = {name: table.probe_streaks.get(name, 0) for name in self.order}  # `_probe_discount`
+        self._pooled_learnt: set[str] = set()  # drafters whose pooled estimate took a verdict in this call
         pooled = table.acceptance
         self.pooled: dict[str, RowAcceptance] = {}
         for name in self.order:
@@ -1335,6 +1342,7 @@ class GoodputController:
         row.estimates[name].observe(up, accepted, explored, readings, known, by_score)
         if self.live:
             self.pooled[name].observe(up, accepted, explored, readings, known, by_score)
+            self._pooled_learnt.add(name)
 
     def _record(self, plan: Plan, cut: Cut, timings: dict[str, Any]) -> None:
         """Keep this step's timings for the cost model; it learns every LEARN_EVERY steps, and at once from a
@@ -1396,12 +1404,17 @@ class GoodputController:
             row.fruitless[name] = 0
 
     def finish(self) -> None:
-        """Live calls leave their pooled estimates as the next call's priors."""
+        """Live calls leave their pooled estimates as the next call's priors (relaxed towards the default prior
+        where no verdict reached them, `POOLED_RELAX`, but for drafters with prompt slots)."""
         self._settle()
         if self.live:
             self._learn()
             for name, pooled in self.pooled.items():
-                self.model_costs.live.acceptance[name] = pooled
+                # (not a drafter whose look needs prompt slots: whether its tree pays is the device's, as in
+                # `_probe_discount`, and its probes stay as rare as its failed ones made them)
+                slots = self.pooled_extras.get(name, (0.0, 0.0))[0] > 0
+                self.model_costs.live.acceptance[name] = (pooled if name in self._pooled_learnt or slots
+                                                          else pooled.relaxed(POOLED_RELAX))
             self.model_costs.live.extras.update(self.pooled_extras)
             self.model_costs.live.probe_streaks.update(self.streaks)
             self.model_costs.end_call()

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specdec
-from specdec.acceptance import FADE_FLOOR, RowAcceptance
+from specdec.acceptance import FADE_FLOOR, PRIOR_FIRST, PRIOR_NEXT, RowAcceptance
 from specdec.controller import (
     BATCH_MARGIN,
     BATCH_PREPARE_STEPS,
@@ -315,6 +315,63 @@ def test_a_new_request_probes_a_drafter_that_earlier_requests_gave_up_on():
     again = controller(model)
     plans = [step(again, [0], [list(range(1, 9))], [0])[0] for _ in range(64)]
     assert sum(plan.probe[0] for plan in plans) <= 3
+
+
+def test_a_relaxed_estimate_starts_part_of_the_way_back_at_the_default_prior():
+    estimate = RowAcceptance(prior=[0.5, 0.5])
+    for _ in range(20):
+        estimate.observe([-1, 0], [True, False])
+    learnt = [estimate.conditional(i) for i in range(2)]
+    assert learnt[1] < 0.1
+    relaxed = estimate.relaxed(0.25)
+    assert [relaxed.conditional(i) for i in range(2)] == pytest.approx(
+        [0.75 * learnt[0] + 0.25 * PRIOR_FIRST, 0.75 * learnt[1] + 0.25 * PRIOR_NEXT])
+    assert [estimate.relaxed(0.0).conditional(i) for i in range(2)] == pytest.approx(learnt)
+    assert relaxed.weight == estimate.weight and relaxed.decay == estimate.decay
+
+
+def test_a_pooled_estimate_no_verdict_reached_moves_back_towards_the_default_prior(monkeypatch):
+    """Once rows stop drafting on a pessimistic pooled estimate, nothing moved it again: in batches of 2 (a new
+    call per batch) no call after the third drafted. A call that took no verdict on a drafter hands the next one
+    its pooled estimate relaxed; one that took verdicts hands on what it learnt."""
+    from specdec import controller as goodput
+
+    def calls(count: int) -> list[int]:
+        model = synthetic(batch=2, draft=(0.004, 0.0, 0.001))
+        model.live.acceptance["d"] = RowAcceptance(prior=[0.1, 0.3], weight=50.0)
+        drafted = []
+        for _ in range(count):  # batches of 2 rows, 48 tokens each; every drafted node would be accepted
+            ctl = controller(model)
+            steps = 0
+            for _ in range(48):
+                plan = ctl.plan([0, 1], [48, 48], 64, waiting=True)
+                draft, cut = ctl.cut(chain([list(range(1, 1 + b)) for b in plan.budget]), plan, 0.0)
+                kept = draft.num_nodes.tolist()
+                ctl.observe(plan, cut, verdict(kept, draft.width), {})
+                steps += any(kept)
+            learnt = ctl.pooled["d"]
+            ctl.finish()
+            stored = model.live.acceptance["d"]
+            if steps:
+                assert stored is learnt
+            else:
+                assert stored.conditional(0) == pytest.approx(
+                    (1 - goodput.POOLED_RELAX) * learnt.conditional(0) + goodput.POOLED_RELAX * PRIOR_FIRST)
+            drafted.append(steps)
+        return drafted
+
+    relaxed = calls(8)
+    assert relaxed[0] == 0 and relaxed[-1] > 40
+    monkeypatch.setattr(goodput, "POOLED_RELAX", 0.0)
+    assert calls(8) == [0] * 8
+    # A drafter whose look needs prompt slots (PPD) keeps its estimate: whether its tree pays is the device's.
+    monkeypatch.setattr(goodput, "POOLED_RELAX", 0.5)
+    model = synthetic(draft=(0.004, 0.0, 0.001))
+    model.live.acceptance["d"] = RowAcceptance(prior=[0.1, 0.3], weight=50.0)
+    ctl = controller(model)
+    ctl.pooled_extras["d"] = (2.0, 0.0)
+    ctl.finish()
+    assert model.live.acceptance["d"] is ctl.pooled["d"]
 
 
 def test_evidence_fades_between_verdicts_so_one_verdict_after_a_long_wait_decides():
