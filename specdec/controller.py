@@ -64,11 +64,13 @@ from .validation import keep_nodes, narrow_draft
 #: Pooled (drafter-level) estimates forget more slowly than a row's: they are a prior, not a reading.
 POOLED_DECAY = 0.98
 #: A live call in which no verdict on a drafter reached its pooled estimate hands the next call that estimate moved
-#: this share of the way back to the default prior (`RowAcceptance.relaxed`). Otherwise a pessimistic pooled
-#: estimate never changes once rows stop drafting on it: in static batches of 2 (each call a new batch), after
-#: three calls on translation and summarization prompts no later call drafted at all, and draft_model ran level
-#: with batched plain decoding where drafting every step ran 1.33x.
+#: back towards the default prior (`RowAcceptance.relaxed`): this share of the way per RELAX_STEPS steps of the call
+#: (evidence ages with time; a call of a few steps says little more than none). Otherwise a pessimistic pooled
+#: estimate never changes once rows stop drafting on it: in static batches of 2 (each call a new batch of 64
+#: steps), after three calls on translation and summarization prompts no later call drafted at all, and
+#: draft_model ran level with batched plain decoding where drafting every step ran 1.33x.
 POOLED_RELAX = 0.5
+RELAX_STEPS = 64
 #: A drafter whose drafts cost at most this share of a plain step proposes all it can every step, and the cut
 #: decides after seeing its scores. At 0.1, anpd's lookups (0.15 ms) on a small model's 1.5 ms step
 #: flickered across the line; priced then by its average acceptance before drafting, which mixes its hits
@@ -325,6 +327,7 @@ class GoodputController:
         self._look_retry = set(self.order)  # drafters that may look once more in this call (`_cheap_drafters`)
         self.streaks = {name: table.probe_streaks.get(name, 0) for name in self.order}  # `_probe_discount`
         self._pooled_learnt: set[str] = set()  # drafters whose pooled estimate took a verdict in this call
+        self._steps = 0  # steps observed in this call (`finish`: how far the other pooled estimates relax)
         pooled = table.acceptance
         self.pooled: dict[str, RowAcceptance] = {}
         for name in self.order:
@@ -1181,6 +1184,7 @@ class GoodputController:
         `accepted` and `paths` (trees; None: chains' prefixes): the engine's host copy of the verdict.
         `targets` (each row's accepted tokens, then its bonus) and `proposed` (the uncut draft's tokens per
         row): for hindsight, where the cut dropped nodes (`Cut.spare`)."""
+        self._steps += 1
         if self._run is not None and plan is self._run.plan:
             self._run.observed += 1
             counts = [0] * len(plan.choice)
@@ -1409,12 +1413,13 @@ class GoodputController:
         self._settle()
         if self.live:
             self._learn()
+            relax = 1.0 - (1.0 - POOLED_RELAX) ** (self._steps / RELAX_STEPS)
             for name, pooled in self.pooled.items():
                 # (not a drafter whose look needs prompt slots: whether its tree pays is the device's, as in
                 # `_probe_discount`, and its probes stay as rare as its failed ones made them)
                 slots = self.pooled_extras.get(name, (0.0, 0.0))[0] > 0
-                self.model_costs.live.acceptance[name] = (pooled if name in self._pooled_learnt or slots
-                                                          else pooled.relaxed(POOLED_RELAX))
+                self.model_costs.live.acceptance[name] = (pooled if name in self._pooled_learnt or slots or not relax
+                                                          else pooled.relaxed(relax))
             self.model_costs.live.extras.update(self.pooled_extras)
             self.model_costs.live.probe_streaks.update(self.streaks)
             self.model_costs.end_call()

@@ -355,8 +355,8 @@ def test_a_pooled_estimate_no_verdict_reached_moves_back_towards_the_default_pri
             if steps:
                 assert stored is learnt
             else:
-                assert stored.conditional(0) == pytest.approx(
-                    (1 - goodput.POOLED_RELAX) * learnt.conditional(0) + goodput.POOLED_RELAX * PRIOR_FIRST)
+                share = 1 - (1 - goodput.POOLED_RELAX) ** (48 / goodput.RELAX_STEPS)  # this share per 48 steps
+                assert stored.conditional(0) == pytest.approx((1 - share) * learnt.conditional(0) + share * PRIOR_FIRST)
             drafted.append(steps)
         return drafted
 
@@ -370,6 +370,14 @@ def test_a_pooled_estimate_no_verdict_reached_moves_back_towards_the_default_pri
     model.live.acceptance["d"] = RowAcceptance(prior=[0.1, 0.3], weight=50.0)
     ctl = controller(model)
     ctl.pooled_extras["d"] = (2.0, 0.0)
+    for _ in range(48):
+        plan = ctl.plan([0], [48], 64)
+        draft, cut = ctl.cut(chain([[]]), plan, 0.0)
+        ctl.observe(plan, cut, verdict([0], draft.width), {})
+    ctl.finish()
+    assert model.live.acceptance["d"] is ctl.pooled["d"]
+    model.live.extras.clear()
+    ctl = controller(model)  # nor after a call of no steps
     ctl.finish()
     assert model.live.acceptance["d"] is ctl.pooled["d"]
 
