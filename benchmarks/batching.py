@@ -13,8 +13,9 @@ cache memory (used: the largest [rows, slots] region one forward read, i.e. what
 cache needs; allocated: the preallocated buffers). Every row's output is checked against batched
 autoregressive decoding (greedy, so they must be equal). Each cell runs `--warmup` times untimed before its
 timed repeats (interleaved across the cells of a batch size); the one-off work of its first call (the cost
-model measuring this batch size's verify curve) is reported apart. The results README is written by hand
-from `table.md`, `result.json` and `throughput.png`.
+model measuring this batch size's verify curve) is reported apart. Each cell (mode, drafter) keeps a cost model of
+its own over its runs and batch sizes (`CellCosts`), so no cell's decisions follow from what the cells run before it
+taught the controller. The results README is written by hand from `table.md`, `result.json` and `throughput.png`.
 
 Continuous cells (`--modes continuous continuous-adaptive`) leave EMS-SD's protocol for serving's: the
 whole list in one call with at most B rows at once, a finished row's place taken by the next prompt
