@@ -132,9 +132,9 @@ class RowAcceptance:
         better than a guess; siblings in a tree get their scores' small chances, not 60% each."""
         if position < len(self.prior):
             return self.prior[position]
-        if position < len(self.score_mean):
-            return min(1.0, self.score_mean[position])
-        return _prior(self.prior, position)
+        if position < len(self.score_mean) or not self.prior:
+            return self.unseen(position)
+        return self.prior[-1]
 
     def conditional(self, position: int, explore: bool = False, parent: float | None = None) -> float:
         """c[position]. With `explore` (drafters whose length is planned before drafting: a draft model,
@@ -285,11 +285,19 @@ class RowAcceptance:
 
     def relaxed(self, fraction: float) -> RowAcceptance:
         """A fork (same weight and decay) whose prior conditionals lie `fraction` of the way from this estimate's
-        back to the default prior (PRIOR_FIRST, then PRIOR_NEXT): for a pooled estimate that no verdict reached for
-        a while, what the requests it was learnt on accepted says less and less about the next one."""
+        back to where an estimate without verdicts starts (`unseen`): for a pooled estimate that no verdict reached
+        for a while, what the requests it was learnt on accepted says less and less about the next one."""
         fresh = self.fork(self.weight, self.decay)
-        fresh.prior = [(1.0 - fraction) * c + fraction * _prior([], i) for i, c in enumerate(fresh.prior)]
+        fresh.prior = [(1.0 - fraction) * c + fraction * self.unseen(i) for i, c in enumerate(fresh.prior)]
         return fresh
+
+    def unseen(self, position: int) -> float:
+        """Where an estimate with no prior and no verdicts starts at `position`: the mean conditional score there
+        for a drafter that scores (a PPD tree's siblings have small chances, not 60% each), else the default prior
+        (PRIOR_FIRST, then PRIOR_NEXT)."""
+        if position < len(self.score_mean):
+            return min(1.0, self.score_mean[position])
+        return _prior([], position)
 
     def fork(self, weight: float = PRIOR_WEIGHT, decay: float = DECAY) -> RowAcceptance:
         """A fresh estimate whose prior is this one (pooled rows -> a new row's starting point)."""

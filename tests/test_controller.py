@@ -328,6 +328,14 @@ def test_a_relaxed_estimate_starts_part_of_the_way_back_at_the_default_prior():
         [0.75 * learnt[0] + 0.25 * PRIOR_FIRST, 0.75 * learnt[1] + 0.25 * PRIOR_NEXT])
     assert [estimate.relaxed(0.0).conditional(i) for i in range(2)] == pytest.approx(learnt)
     assert relaxed.weight == estimate.weight and relaxed.decay == estimate.decay
+    # A drafter that scores its nodes starts from its mean scores, and relaxes towards them (a PPD tree's siblings
+    # have small chances, not 60% each: relaxed towards the default prior, ppd drafted where it lost).
+    scored = RowAcceptance()
+    scored.observe_scores([0.3, 0.1])
+    for _ in range(20):
+        scored.observe([-1], [False])
+    assert scored.relaxed(1.0).conditional(0) == pytest.approx(scored.score_mean[0])
+    assert scored.relaxed(1.0).conditional(1) == pytest.approx(scored.score_mean[1])
 
 
 def test_a_pooled_estimate_no_verdict_reached_moves_back_towards_the_default_prior(monkeypatch):
