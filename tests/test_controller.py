@@ -317,7 +317,7 @@ def test_a_new_request_probes_a_drafter_that_earlier_requests_gave_up_on():
     assert sum(plan.probe[0] for plan in plans) <= 3
 
 
-def test_a_relaxed_estimate_starts_part_of_the_way_back_at_the_default_prior():
+def test_a_relaxed_estimate_starts_part_of_the_way_back_where_an_unseen_one_starts():
     estimate = RowAcceptance(prior=[0.5, 0.5])
     for _ in range(20):
         estimate.observe([-1, 0], [True, False])
