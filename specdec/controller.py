@@ -64,11 +64,12 @@ from .validation import keep_nodes, narrow_draft
 #: Pooled (drafter-level) estimates forget more slowly than a row's: they are a prior, not a reading.
 POOLED_DECAY = 0.98
 #: A live call in which no verdict on a drafter reached its pooled estimate hands the next call that estimate moved
-#: back towards the default prior (`RowAcceptance.relaxed`): this share of the way per RELAX_STEPS steps of the call
-#: (evidence ages with time; a call of a few steps says little more than none). Otherwise a pessimistic pooled
-#: estimate never changes once rows stop drafting on it: in static batches of 2 (each call a new batch of 64
-#: steps), after three calls on translation and summarization prompts no later call drafted at all, and
-#: draft_model ran level with batched plain decoding where drafting every step ran 1.33x.
+#: back towards where an estimate without verdicts starts (`RowAcceptance.relaxed`): this share of the way per
+#: RELAX_STEPS steps of the call (evidence ages with time; a call of a few steps says little more than none).
+#: Otherwise a pessimistic pooled estimate never changes once rows stop drafting on it: in static batches of 2
+#: (each call a new batch of 64 steps), after a failed probe in the fourth (mt_bench and translation prompts, then
+#: summarization) no later call drafted, and draft_model ran level with batched plain decoding where drafting every
+#: step ran 1.33x.
 POOLED_RELAX = 0.5
 RELAX_STEPS = 64
 #: A drafter whose drafts cost at most this share of a plain step proposes all it can every step, and the cut

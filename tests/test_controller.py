@@ -340,7 +340,7 @@ def test_a_relaxed_estimate_starts_part_of_the_way_back_where_an_unseen_one_star
 
 def test_a_pooled_estimate_no_verdict_reached_moves_back_towards_the_default_prior(monkeypatch):
     """Once rows stop drafting on a pessimistic pooled estimate, nothing moved it again: in batches of 2 (a new
-    call per batch) no call after the third drafted. A call that took no verdict on a drafter hands the next one
+    call per batch) no call after the fourth drafted. A call that took no verdict on a drafter hands the next one
     its pooled estimate relaxed; one that took verdicts hands on what it learnt."""
     from specdec import controller as goodput
 
