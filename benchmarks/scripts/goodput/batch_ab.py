@@ -14,6 +14,8 @@ product of the others' first-node acceptance, `controller.row_weights`), `fair` 
 the batch's recent step cost over a plain step's: tokens valued at what the steps they save cost lately). Each cell
 keeps a cost model of its own across its warm-up, rounds and batch sizes (as the batching benchmark's cells do):
 sharing the model's, a cell's decisions followed from what the cells before it taught the pooled estimates.
+Stop 48's A/Bs (`benchmarks/results/goodput/variant_ab_s48/`) ran this script as it was at 3d16ae0: cells sharing
+the model's cost model, every cell over all prompts in turn, the median of the rounds.
 """
 
 from __future__ import annotations
