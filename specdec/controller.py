@@ -1409,8 +1409,8 @@ class GoodputController:
             row.fruitless[name] = 0
 
     def finish(self) -> None:
-        """Live calls leave their pooled estimates as the next call's priors (relaxed towards the default prior
-        where no verdict reached them, `POOLED_RELAX`, but for drafters with prompt slots)."""
+        """Live calls leave their pooled estimates as the next call's priors, relaxed towards where an unseen
+        estimate starts where no verdict reached them (`POOLED_RELAX`), but for drafters with prompt slots."""
         self._settle()
         if self.live:
             self._learn()
