@@ -208,6 +208,27 @@ def test_a_batch_verifies_a_draft_only_when_it_clearly_pays():
     assert ctl._solve(rows, 2, 0.0, None, margin=BATCH_MARGIN) == [3, 0]  # a clear gain is kept
 
 
+@settings(max_examples=200, deadline=None)
+@given(probs=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=24), data=st.data(),
+       base=st.integers(0, 3), weight=st.floats(0.1, 4.0), draft=st.floats(0.0, 0.02),
+       overheads=st.tuples(st.floats(0.0, 0.004), st.floats(0.0, 0.004)),
+       corrections=st.lists(st.floats(0.5, 2.0), min_size=3, max_size=3),
+       context=st.one_of(st.none(), st.floats(0.0, 2000.0)))
+def test_one_row_is_cut_where_the_general_search_cuts_it(probs, data, base, weight, draft, overheads, corrections,
+                                                          context):
+    """`_solve_row` (the cut of a row alone) keeps the prefix `_solve` keeps for that row: same nodes, forced or not,
+    whatever the curve's corrections, the overheads and the row's extra slots."""
+    model = synthetic((0.010, 0.0135, 0.0131, 0.014, 0.0152, 0.016, 0.019, 0.022))  # dips: corrections can too
+    for point, factor in zip((1, 3, 5), corrections):
+        model.live.corrections[(True, 1, point, context_band(context))] = factor
+    model.live.overheads[("d", False)], model.live.overheads[("d", True)] = overheads
+    ctl = controller(model)
+    sizes = data.draw(st.lists(st.integers(1, 3), min_size=len(probs), max_size=len(probs)))
+    forced = data.draw(st.integers(0, len(probs)))
+    items = _Items(probs, sizes, base, forced, "d", weight, context)
+    assert ctl._solve_row(items, draft) == ctl._solve([items], 1, draft)[0]
+
+
 def test_a_live_batch_measures_the_curve_of_one_row_fewer():
     """What a row leaving a static batch saves is read from the curves at B and B - 1 rows: measuring only
     B's priced it as nothing."""
