@@ -64,12 +64,12 @@ from .validation import keep_nodes, narrow_draft
 #: Pooled (drafter-level) estimates forget more slowly than a row's: they are a prior, not a reading.
 POOLED_DECAY = 0.98
 #: A live call in which no verdict on a drafter reached its pooled estimate hands the next call that estimate moved
-#: back towards where an estimate without verdicts starts (`RowAcceptance.relaxed`): this share of the way per
-#: RELAX_STEPS steps of the call (evidence ages with time; a call of a few steps says little more than none).
-#: Otherwise a pessimistic pooled estimate never changes once rows stop drafting on it: in static batches of 2
-#: (each call a new batch of 64 steps), after a failed probe in the fourth (mt_bench and translation prompts, then
-#: summarization) no later call drafted, and draft_model ran level with batched plain decoding where drafting every
-#: step ran 1.33x.
+#: back up towards where an estimate without verdicts starts, where it is below it (`RowAcceptance.relaxed`): this
+#: share of the way per RELAX_STEPS steps of the call (evidence ages with time; a call of a few steps says little
+#: more than none). Otherwise a pessimistic pooled estimate never changes once rows stop drafting on it: in static
+#: batches of 2 (each call a new batch of 64 steps), after a failed probe in the fourth (mt_bench and translation
+#: prompts, then summarization) no later call drafted, and draft_model ran level with batched plain decoding where
+#: drafting every step ran 1.33x. (An optimistic one is tested by the drafts or probes it invites: it stays.)
 POOLED_RELAX = 0.5
 RELAX_STEPS = 64
 #: A drafter whose drafts cost at most this share of a plain step proposes all it can every step, and the cut
@@ -1431,7 +1431,7 @@ class GoodputController:
             row.fruitless[name] = 0
 
     def finish(self) -> None:
-        """Live calls leave their pooled estimates as the next call's priors, relaxed towards where an unseen
+        """Live calls leave their pooled estimates as the next call's priors, relaxed up towards where an unseen
         estimate starts where no verdict reached them (`POOLED_RELAX`), but for drafters with prompt slots."""
         self._settle()
         if self.live:

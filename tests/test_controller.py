@@ -343,10 +343,10 @@ def test_a_relaxed_estimate_starts_part_of_the_way_back_where_an_unseen_one_star
     for _ in range(20):
         estimate.observe([-1, 0], [True, False])
     learnt = [estimate.conditional(i) for i in range(2)]
-    assert learnt[1] < 0.1
+    assert learnt[0] > PRIOR_FIRST and learnt[1] < 0.1
     relaxed = estimate.relaxed(0.25)
-    assert [relaxed.conditional(i) for i in range(2)] == pytest.approx(
-        [0.75 * learnt[0] + 0.25 * PRIOR_FIRST, 0.75 * learnt[1] + 0.25 * PRIOR_NEXT])
+    # Only a pessimism moves back (no verdict corrects it); a first node learnt likelier than the start stays.
+    assert [relaxed.conditional(i) for i in range(2)] == pytest.approx([learnt[0], 0.75 * learnt[1] + 0.25 * PRIOR_NEXT])
     assert [estimate.relaxed(0.0).conditional(i) for i in range(2)] == pytest.approx(learnt)
     assert relaxed.weight == estimate.weight and relaxed.decay == estimate.decay
     # A drafter that scores its nodes starts from its mean scores, and relaxes towards them (a PPD tree's siblings

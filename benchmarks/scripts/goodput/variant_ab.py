@@ -12,7 +12,8 @@ A cell is `name[:key=value,...][+switch...]`; switches: `noexit` (the chain exit
 ignores the draft's scores), `nodiscount` (failed probes do not make later ones rarer), `norest` (a free drafter
 whose looks were cut to nothing never rests), `softlow` / `nolow` (the square-root score rule scales a low score's
 chance down to 0.8 / not at all, instead of 0.5), `nohindsight` (the controller does not learn from the verdicts
-whether the nodes it cut would have been accepted).
+whether the nodes it cut would have been accepted), `bothways` (a pooled estimate no verdict reached is relaxed
+down towards the unseen start as well as up, as at stop 49).
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ def _cut_without_scores(self, draft, plan, seconds, scoring=None):
     return _CUT(self, draft, plan, seconds, scoring)
 
 
+def _relaxed_both_ways(self, fraction):
+    """`RowAcceptance.relaxed` as it was at stop 49: every conditional moved towards the unseen start, down too."""
+    fresh = self.fork(self.weight, self.decay)
+    fresh.prior = [(1.0 - fraction) * c + fraction * self.unseen(i) for i, c in enumerate(fresh.prior)]
+    return fresh
+
+
 def _score_rule_floor(floor: float):
     """The square-root score rule with its lower bound at `floor` (0.5 in `acceptance._square_root_rule`)."""
     return mock.patch.object(acceptance, "_square_root_rule",
@@ -61,6 +69,7 @@ SWITCHES = {
     "softlow": lambda: _score_rule_floor(0.8),
     "nolow": lambda: _score_rule_floor(1.0),
     "nohindsight": lambda: mock.patch.object(ExactVerifier, "accepts_target_choice", False),
+    "bothways": lambda: mock.patch.object(acceptance.RowAcceptance, "relaxed", _relaxed_both_ways),
 }
 
 
