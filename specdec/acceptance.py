@@ -283,16 +283,14 @@ class RowAcceptance:
             else:
                 self.score_mean[i] = self.decay * self.score_mean[i] + (1 - self.decay) * score
 
-    def relaxed(self, fraction: float) -> RowAcceptance:
-        """A fork (same weight and decay) whose prior conditionals below where an estimate without verdicts starts
-        (`unseen`) lie `fraction` of the way back up to it: for a pooled estimate that no verdict reached for a
-        while, a pessimism the requests it was learnt on taught says less and less about the next one, and no
-        verdict will correct it (rows do not draft on it). Conditionals above that start stay: drafts (or, with
-        drafter="auto", probes) test them, and relaxed down too, layer_skip's [1.0, 1.0, ...] after qa prompts read
-        [0.74, 0.48, 0.36, ...] after three math calls on which auto chose anpd and draft_model, and the first RAG
-        call then drafted with those two (50 steps; layer_skip alone 23)."""
+    def relaxed(self, fraction: float, down: bool = True) -> RowAcceptance:
+        """A fork (same weight and decay) whose prior conditionals lie `fraction` of the way from this estimate's
+        back to where an estimate without verdicts starts (`unseen`): for a pooled estimate that no verdict reached
+        for a while, what the requests it was learnt on accepted says less and less about the next one. `down=False`:
+        only conditionals below that start move (up); those above it stay."""
         fresh = self.fork(self.weight, self.decay)
-        fresh.prior = [max(c, (1.0 - fraction) * c + fraction * self.unseen(i)) for i, c in enumerate(fresh.prior)]
+        fresh.prior = [(1.0 - fraction) * c + fraction * self.unseen(i) if down or c < self.unseen(i) else c
+                       for i, c in enumerate(fresh.prior)]
         return fresh
 
     def unseen(self, position: int) -> float:

@@ -64,12 +64,17 @@ from .validation import keep_nodes, narrow_draft
 #: Pooled (drafter-level) estimates forget more slowly than a row's: they are a prior, not a reading.
 POOLED_DECAY = 0.98
 #: A live call in which no verdict on a drafter reached its pooled estimate hands the next call that estimate moved
-#: back up towards where an estimate without verdicts starts, where it is below it (`RowAcceptance.relaxed`): this
-#: share of the way per RELAX_STEPS steps of the call (evidence ages with time; a call of a few steps says little
-#: more than none). Otherwise a pessimistic pooled estimate never changes once rows stop drafting on it: in static
-#: batches of 2 (each call a new batch of 64 steps), after a failed probe in the fourth (mt_bench and translation
-#: prompts, then summarization) no later call drafted, and draft_model ran level with batched plain decoding where
-#: drafting every step ran 1.33x. (An optimistic one is tested by the drafts or probes it invites: it stays.)
+#: back towards where an estimate without verdicts starts (`RowAcceptance.relaxed`): this share of the way per
+#: RELAX_STEPS steps of the call (evidence ages with time; a call of a few steps says little more than none).
+#: Otherwise a pessimistic pooled estimate never changes once rows stop drafting on it: in static batches of 2
+#: (each call a new batch of 64 steps), after a failed probe in the fourth (mt_bench and translation prompts, then
+#: summarization) no later call drafted, and draft_model ran level with batched plain decoding where drafting every
+#: step ran 1.33x. With several members (drafter="auto") only upwards: a member without verdicts there was beaten by
+#: another, not judged against plain decoding, and relaxed down, layer_skip's pooled [1.0, 1.0, ...] read
+#: [0.74, 0.48, 0.36, ...] after three math calls that drafted with anpd and draft_model, so the first RAG call
+#: drafted with those two (50 steps; layer_skip alone 23). A lone drafter's optimism, kept, bought probes that lose
+#: where the rows stay plain: on the second model pair draft_model drafted on 4-5% of row-steps instead of 0-1%,
+#: 0.92-1.02x of `none` against 0.95-1.03x.
 POOLED_RELAX = 0.5
 RELAX_STEPS = 64
 #: A drafter whose drafts cost at most this share of a plain step proposes all it can every step, and the cut
@@ -1431,8 +1436,9 @@ class GoodputController:
             row.fruitless[name] = 0
 
     def finish(self) -> None:
-        """Live calls leave their pooled estimates as the next call's priors, relaxed up towards where an unseen
-        estimate starts where no verdict reached them (`POOLED_RELAX`), but for drafters with prompt slots."""
+        """Live calls leave their pooled estimates as the next call's priors, relaxed towards where an unseen
+        estimate starts where no verdict reached them (`POOLED_RELAX`; with several members only upwards), but for
+        drafters with prompt slots."""
         self._settle()
         if self.live:
             self._learn()
@@ -1442,7 +1448,7 @@ class GoodputController:
                 # `_probe_discount`, and its probes stay as rare as its failed ones made them)
                 slots = self.pooled_extras.get(name, (0.0, 0.0))[0] > 0
                 self.model_costs.live.acceptance[name] = (pooled if name in self._pooled_learnt or slots or not relax
-                                                          else pooled.relaxed(relax))
+                                                          else pooled.relaxed(relax, down=len(self.order) == 1))
             self.model_costs.live.extras.update(self.pooled_extras)
             self.model_costs.live.probe_streaks.update(self.streaks)
             self.model_costs.end_call()

@@ -345,8 +345,11 @@ def test_a_relaxed_estimate_starts_part_of_the_way_back_where_an_unseen_one_star
     learnt = [estimate.conditional(i) for i in range(2)]
     assert learnt[0] > PRIOR_FIRST and learnt[1] < 0.1
     relaxed = estimate.relaxed(0.25)
-    # Only a pessimism moves back (no verdict corrects it); a first node learnt likelier than the start stays.
-    assert [relaxed.conditional(i) for i in range(2)] == pytest.approx([learnt[0], 0.75 * learnt[1] + 0.25 * PRIOR_NEXT])
+    assert [relaxed.conditional(i) for i in range(2)] == pytest.approx(
+        [0.75 * learnt[0] + 0.25 * PRIOR_FIRST, 0.75 * learnt[1] + 0.25 * PRIOR_NEXT])
+    # Upwards only (drafter="auto"'s members): a first node learnt likelier than the start stays.
+    upwards = estimate.relaxed(0.25, down=False)
+    assert [upwards.conditional(i) for i in range(2)] == pytest.approx([learnt[0], 0.75 * learnt[1] + 0.25 * PRIOR_NEXT])
     assert [estimate.relaxed(0.0).conditional(i) for i in range(2)] == pytest.approx(learnt)
     assert relaxed.weight == estimate.weight and relaxed.decay == estimate.decay
     # A drafter that scores its nodes starts from its mean scores, and relaxes towards them (a PPD tree's siblings
@@ -357,6 +360,21 @@ def test_a_relaxed_estimate_starts_part_of_the_way_back_where_an_unseen_one_star
         scored.observe([-1], [False])
     assert scored.relaxed(1.0).conditional(0) == pytest.approx(scored.score_mean[0])
     assert scored.relaxed(1.0).conditional(1) == pytest.approx(scored.score_mean[1])
+
+
+def test_an_auto_members_optimism_no_verdict_reached_stays_and_a_lone_drafters_relaxes():
+    """drafter="auto": a member the rows did not draft with was beaten by another, not judged against plain decoding;
+    relaxed down, layer_skip's pooled estimate fell over math calls that drafted with anpd and draft_model and the
+    first RAG call did without it. A lone drafter's estimate moves back down (its optimism bought probes that lost)."""
+    kept = {}
+    for members in (["d"], ["d", "e"]):
+        model = synthetic()
+        model.live.acceptance["d"] = RowAcceptance(prior=[0.95, 0.95], weight=50.0)
+        ctl = controller(model, members=[Member(name, False) for name in members])
+        ctl._steps = 64  # a call of 64 steps in which no verdict on "d" reached its pooled estimate
+        ctl.finish()
+        kept[len(members)] = model.live.acceptance["d"].conditional(0)
+    assert kept[2] == pytest.approx(0.95) and kept[1] == pytest.approx(0.5 * 0.95 + 0.5 * PRIOR_FIRST)
 
 
 def test_a_pooled_estimate_no_verdict_reached_moves_back_towards_the_default_prior(monkeypatch):

@@ -44,8 +44,9 @@ def _cut_without_scores(self, draft, plan, seconds, scoring=None):
     return _CUT(self, draft, plan, seconds, scoring)
 
 
-def _relaxed_both_ways(self, fraction):
-    """`RowAcceptance.relaxed` as it was at stop 49: every conditional moved towards the unseen start, down too."""
+def _relaxed_both_ways(self, fraction, down=True):
+    """`RowAcceptance.relaxed` as at stop 49 for every controller: conditionals moved towards the unseen start, down
+    too (stop 50 keeps that for a lone drafter and moves only upwards with drafter="auto")."""
     fresh = self.fork(self.weight, self.decay)
     fresh.prior = [(1.0 - fraction) * c + fraction * self.unseen(i) for i, c in enumerate(fresh.prior)]
     return fresh
