@@ -289,8 +289,9 @@ class RowAcceptance:
         for a while, what the requests it was learnt on accepted says less and less about the next one. `down=False`:
         only conditionals below that start move (up); those above it stay."""
         fresh = self.fork(self.weight, self.decay)
-        fresh.prior = [(1.0 - fraction) * c + fraction * self.unseen(i) if down or c < self.unseen(i) else c
-                       for i, c in enumerate(fresh.prior)]
+        starts = [self.unseen(i) for i in range(len(fresh.prior))]
+        fresh.prior = [c if not down and c >= start else (1.0 - fraction) * c + fraction * start
+                       for c, start in zip(fresh.prior, starts)]
         return fresh
 
     def unseen(self, position: int) -> float:
