@@ -197,7 +197,7 @@ class SpeculativeEngine:
                 if controller is not None:
                     self._measure(controller, target, len(active), stats)
                 finished = self._step(state, target, sequences, results, stoppers, budgets, stats, controller,
-                                      bool(waiting))
+                                      [budgets[row] for row in waiting])
                 step += 1
                 if finished:
                     done = [i for i, row in enumerate(active) if row in finished]
@@ -306,7 +306,7 @@ class SpeculativeEngine:
         budgets: list[int],
         stats: GenerationStats,
         controller: GoodputController | None = None,
-        waiting: bool = False,
+        waiting: Sequence[int] = (),
     ) -> set[int]:
         """One guess-and-verify step. Everything between the draft and the verdict stays on the model's
         device; the host learns the step's outcome from one read-back (`_read_back`)."""

@@ -4,6 +4,7 @@ goes to the next waiting prompt. Outputs must not change: every row equals its p
 from __future__ import annotations
 
 import functools
+from unittest import mock
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from conftest import VOCAB, OracleDrafter, RandomTreeDrafter, hf_greedy, tiny_mo
 
 import specdec
 from specdec import DecodeState, Draft, GenerationContext
+from specdec.controller import GoodputController
 from specdec.registry import known_names
 
 NEW_TOKENS = 12
@@ -118,6 +120,26 @@ def test_finished_rows_are_replaced_in_prompt_order() -> None:
                               controller=False)
     assert out.stats.steps == static.stats.steps  # the same row-steps, regrouped
     assert out.stats.batch_steps > static.stats.batch_steps  # fewer rows at once take more steps
+
+
+def test_the_controller_knows_the_waiting_prompts_budgets() -> None:
+    """The goodput controller values tokens by when the batch ends (`specdec.controller.row_weights`): in the
+    last wave that depends on the waiting prompts' sizes, which the engine hands it every step, in join order."""
+    prompts = _prompts()[:5]
+    seen: list[list[int]] = []
+    plan = GoodputController.plan
+
+    def recording_plan(self, row_ids, max_depth, max_nodes, waiting=True, contexts=None):
+        seen.append(list(waiting))
+        return plan(self, row_ids, max_depth, max_nodes, waiting, contexts)
+
+    with mock.patch.object(GoodputController, "plan", recording_plan):
+        out = specdec.generate(_model(), prompts, drafter="anpd", verifier="exact", max_new_tokens=NEW_TOKENS,
+                               max_batch_size=2)
+    assert out.sequences == _expected(prompts)
+    assert seen[0] == [NEW_TOKENS] * 3  # prompts 2, 3 and 4 wait, each with the tokens it may commit
+    counts = [len(waiting) for waiting in seen]
+    assert counts[-1] == 0 and all(a >= b for a, b in zip(counts, counts[1:]))  # they leave the queue as they join
 
 
 def test_admit_hook_and_first_rows() -> None:

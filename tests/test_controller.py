@@ -27,6 +27,7 @@ from specdec.controller import (
     Member,
     Plan,
     _Items,
+    lane_ends,
     row_weights,
 )
 from specdec.costs import (
@@ -136,6 +137,23 @@ def test_static_batch_tokens_are_worth_the_seconds_they_save():
     assert weights[0] > weights[2] == 2 * weights[1]  # at two tokens a step, a token saves half a step
 
 
+def test_the_last_wave_of_a_continuous_batch_ends_where_the_last_waiting_prompts_do():
+    """With no more prompts waiting than rows, the first rows to finish hand their places on, and the batch ends
+    with the lanes those prompts extend; with more waiting than rows, every token counts alike."""
+    assert lane_ends([31.0, 11.0, 21.0], [25]) == [31.0, 36.0, 21.0]
+    assert lane_ends([31.0, 11.0, 21.0], [25, 5]) == [31.0, 36.0, 26.0]
+    assert row_weights([10, 30, 20], [1.0] * 3, [25, 25, 25, 25], 0.001, 0.02) == ([1.0] * 3, None)
+    # Row 1 finishes first and its place takes the waiting prompt: that place ends the batch, not row 1's own end.
+    weights, base = row_weights([30, 10, 20], [1.0] * 3, [25], 0.001, 0.02)
+    assert base == 0.02 and weights == pytest.approx([0.001, 0.001 + (0.02 - 3 * 0.001), 0.001])
+    assert row_weights([30, 10, 20], [1.0] * 3, [], 0.001, 0.02) == row_weights([30, 10, 20], [1.0] * 3, False,
+                                                                                0.001, 0.02)
+    # As many prompts waiting as rows, all of one size: every place ends together, so the end moves only if
+    # every row advances (as in a static batch whose rows are tied).
+    tied, _ = row_weights([63, 63], [1.0, 1.0], [64, 64], 0.001, 0.02, [0.5, 0.4])
+    assert tied == pytest.approx([0.001 + 0.018 * 0.4 / 2, 0.001 + 0.018 * 0.5 / 2])
+
+
 def test_a_static_batch_drafts_for_the_row_that_ends_it():
     """In a static batch a token of a row that is not last only lets that row leave a step sooner (here 1
     ms of a 13 ms step); drafts pay for the row the batch waits for, not for rows tied with three others."""
@@ -144,7 +162,7 @@ def test_a_static_batch_drafts_for_the_row_that_ends_it():
                           (4, (0.013, 0.0145, 0.016, 0.019, 0.025, 0.037, 0.061, 0.109))):
         model.live.curves[(True, bucket)] = VerifyCurve(bucket, GRID, curve)
 
-    def kept(remaining: list[int], waiting: bool = False) -> list[int]:
+    def kept(remaining: list[int], waiting: bool | list[int] = False) -> list[int]:
         ctl = controller(model)
         plan = ctl.plan([0, 1, 2, 3], remaining, 64, waiting)
         draft, _ = ctl.cut(chain([[1, 2, 3]] * 4), plan, 0.0)
@@ -154,6 +172,10 @@ def test_a_static_batch_drafts_for_the_row_that_ends_it():
     straggler = kept([100, 20, 20, 20])
     assert straggler[0] >= 1 and straggler[1:] == [0, 0, 0]
     assert sum(kept([50, 50, 50, 50], waiting=True)) > 0  # while prompts wait, every token counts alike
+    assert sum(kept([50, 50, 50, 50], waiting=[64] * 5)) > 0  # more than a wave waits: alike too
+    assert kept([50, 50, 50, 50], waiting=[64] * 4) == [0, 0, 0, 0]  # the last wave: every place must advance
+    handing_on = kept([20, 50, 50, 50], waiting=[64])  # row 0's place, taken by the prompt, ends the batch
+    assert handing_on[0] >= 1 and handing_on[1:] == [0, 0, 0]
 
 
 def test_a_static_batch_is_priced_in_seconds_on_steps_where_a_probe_is_due():

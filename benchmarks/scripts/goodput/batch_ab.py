@@ -11,7 +11,8 @@ A cell is `drafter[:key=value,...][+NAME=value...][+switch...]`: drafter options
 module constants of `specdec.controller` set for the cell's runs (here: pooled estimates handed on unrelaxed, as
 before stop 49), and switches: `even` (rows tied for last in a static batch share its end equally, without the
 product of the others' first-node acceptance, `controller.row_weights`), `fair` (`even`, and every weight scaled by
-the batch's recent step cost over a plain step's: tokens valued at what the steps they save cost lately). Each cell
+the batch's recent step cost over a plain step's: tokens valued at what the steps they save cost lately), `alike`
+(before stop 51: while any prompt waits, every token counts alike, the last wave of a continuous batch too). Each cell
 keeps a cost model of its own across its warm-up, rounds and batch sizes (as the batching benchmark's cells do):
 sharing the model's, a cell's decisions followed from what the cells before it taught the pooled estimates.
 Stop 48's A/Bs (`benchmarks/results/goodput/variant_ab_s48/`) ran this script as it was at 3d16ae0: cells sharing
@@ -63,7 +64,13 @@ def _observe_step_scale(self, plan, cut, verdict, timings, *args, **kwargs):
     return _OBSERVE(self, plan, cut, verdict, timings, *args, **kwargs)
 
 
+def _alike_weights(self, row_ids, max_depth, waiting, parts):
+    """Before stop 51: while any prompt waits, every token counts alike (the last wave included)."""
+    return _WEIGHTS(self, row_ids, max_depth, True if waiting is True or len(waiting) else False, parts)
+
+
 SWITCHES: dict[str, Callable[[], list[AbstractContextManager]]] = {
+    "alike": lambda: [mock.patch.object(goodput.GoodputController, "_weights", _alike_weights)],
     "even": lambda: [mock.patch.object(goodput, "row_weights", _even_weights)],
     "fair": lambda: [mock.patch.object(goodput, "row_weights", _even_weights),
                      mock.patch.object(goodput.GoodputController, "_weights", _scaled_weights),
