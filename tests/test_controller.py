@@ -14,6 +14,8 @@ from specdec.acceptance import FADE_FLOOR, PRIOR_FIRST, PRIOR_NEXT, RowAcceptanc
 from specdec.controller import (
     BATCH_MARGIN,
     BATCH_PREPARE_STEPS,
+    BATCH_QUIET_MAX,
+    BATCH_QUIET_STEPS,
     CHEAP_DRAFT,
     FIRST_PROBE_STEPS,
     FIRST_REST,
@@ -1011,6 +1013,31 @@ def test_a_batch_where_no_draft_pays_says_so():
     plan = ctl.plan([0, 1], [100, 100], 64)
     assert plan.budget == [0, 0] and plan.choice == [None, None]
     assert ctl.counts["plain_reasons"] == {"batch: no row's draft pays for its inputs at this batch size": 2}
+
+
+def test_a_batch_priced_plain_again_stays_plain_longer_each_time():
+    """The rows the batch's pricing keeps plain stay quiet BATCH_QUIET_STEPS steps, then twice as long each time
+    the same batch is priced plain again, up to BATCH_QUIET_MAX; another batch starts over."""
+    model = synthetic(draft=(0.002, 0.0, 0.001))
+    model.live.curves[(True, 2)] = VerifyCurve(2, GRID, tuple(0.020 * (1 + extra) for extra in GRID))
+    ctl = controller(model, probe_after=1024, max_probe_interval=1024)
+
+    def priced_steps(rows: list[int], steps: int) -> list[int]:
+        priced = []
+        for index in range(steps):
+            plan = ctl.plan(rows, [1000, 1000], 64, waiting=False)
+            assert plan.budget == [0, 0]
+            if not plan.quiet:
+                priced.append(index)
+            draft, cut = ctl.cut(chain([[] for _ in rows]), plan, 0.0)
+            ctl.observe(plan, cut, verdict([0, 0], draft.width), {})
+        return priced
+
+    quiet = [BATCH_QUIET_STEPS * 2 ** k for k in range(8) if BATCH_QUIET_STEPS * 2 ** k <= BATCH_QUIET_MAX]
+    waits = quiet + [BATCH_QUIET_MAX] * 2
+    starts = [sum(w + 1 for w in waits[:k]) for k in range(len(waits) + 1)]
+    assert priced_steps([0, 1], starts[-1]) == starts[:-1]
+    assert priced_steps([2, 3], 2 * BATCH_QUIET_STEPS + 2) == [0, BATCH_QUIET_STEPS + 1]  # a new batch
 
 
 def test_plain_rows_probe_again_with_growing_waits():

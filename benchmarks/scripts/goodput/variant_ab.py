@@ -7,7 +7,8 @@ the cell's, summed over a category's prompts and the rounds; steps and draft for
         mt_bench,translation,summarization,qa,math_reasoning,rag 2 \\
         none layer_skip+noexit+nocalibration layer_skip layer_skip:schedule=own
 
-A cell is `name[:key=value,...][+switch...]`; switches: `noexit` (the chain exit never stops a row),
+A cell is `name[:key=value,...][+NAME=value...][+switch...]`: drafter options, module constants of
+`specdec.controller` set for the cell's runs, and switches: `noexit` (the chain exit never stops a row),
 `nocalibration` (scores read by the square-root rule, `acceptance.default_factors`), `noscores` (the cut
 ignores the draft's scores), `nodiscount` (failed probes do not make later ones rarer), `norest` (a free drafter
 whose looks were cut to nothing never rests), `softlow` / `nolow` (the square-root score rule scales a low score's
@@ -74,14 +75,22 @@ SWITCHES = {
 }
 
 
-def _parse(cell: str) -> tuple[str, dict[str, str], list[str]]:
-    spec, *switches = cell.split("+")
+def _constant(text: str):
+    """`NAME=value`: a module constant of `specdec.controller` set for the cell's runs."""
+    key, _, value = text.partition("=")
+    if not hasattr(goodput, key):
+        raise SystemExit(f"specdec.controller has no constant {key!r}")
+    return lambda: mock.patch.object(goodput, key, type(getattr(goodput, key))(float(value)))
+
+
+def _parse(cell: str) -> tuple[str, dict[str, str], list]:
+    spec, *extras = cell.split("+")
     name, _, text = spec.partition(":")
     options = dict(item.split("=", 1) for item in text.split(",")) if text else {}
-    unknown = [s for s in switches if s not in SWITCHES]
+    unknown = [s for s in extras if "=" not in s and s not in SWITCHES]
     if unknown:
         raise SystemExit(f"unknown switch(es) {unknown}; known: {sorted(SWITCHES)}")
-    return name, options, switches
+    return name, options, [_constant(s) if "=" in s else SWITCHES[s] for s in extras]
 
 
 def main(argv: list[str]) -> None:
@@ -103,7 +112,7 @@ def main(argv: list[str]) -> None:
         target, drafter, switches = setups[cell]
         with ExitStack() as stack:
             for switch in switches:
-                stack.enter_context(SWITCHES[switch]())
+                stack.enter_context(switch())
             before = getattr(drafter, "draft_forwards", 0)
             started = time.process_time()
             out = specdec.generate(target, prompt, drafter=drafter, max_new_tokens=tokens)
