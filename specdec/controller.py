@@ -651,8 +651,8 @@ class GoodputController:
              waiting: Waiting = True, contexts: Sequence[float] | None = None) -> Plan:
         """Per row: the drafter (or none) and how many nodes it may draft, from the estimates by position.
         `max_depth`: tokens each row may still commit; `waiting`: the prompts waiting to take finished rows'
-        places, as their token budgets in the order they join (True: some wait, sizes unknown; see
-        `row_weights`; live batches only); `contexts`:
+        places, as their token budgets in the order they join (the first batch-size + 1 are enough; True: some
+        wait, sizes unknown; see `row_weights`; live batches only); `contexts`:
         tokens in each row's cache (a row's own length, so frozen decisions still depend on its history
         alone)."""
         if self._run_goes_on(row_ids):

@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -196,8 +197,11 @@ class SpeculativeEngine:
                 )
                 if controller is not None:
                     self._measure(controller, target, len(active), stats)
+                # The controller prices the last wave from the waiting prompts' budgets; past one more than the
+                # batch has rows it weights tokens alike (`controller.row_weights`), so a long queue is not read.
+                queued = [budgets[row] for row in islice(waiting, len(active) + 1)]
                 finished = self._step(state, target, sequences, results, stoppers, budgets, stats, controller,
-                                      [budgets[row] for row in waiting])
+                                      queued)
                 step += 1
                 if finished:
                     done = [i for i, row in enumerate(active) if row in finished]

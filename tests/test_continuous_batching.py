@@ -124,8 +124,9 @@ def test_finished_rows_are_replaced_in_prompt_order() -> None:
 
 def test_the_controller_knows_the_waiting_prompts_budgets() -> None:
     """The goodput controller values tokens by when the batch ends (`specdec.controller.row_weights`): in the
-    last wave that depends on the waiting prompts' sizes, which the engine hands it every step, in join order."""
-    prompts = _prompts()[:5]
+    last wave that depends on the waiting prompts' sizes, which the engine hands it every step, in join order
+    (as many as decide it: beyond one more than the batch has rows, tokens count alike)."""
+    prompts = _prompts()
     seen: list[list[int]] = []
     plan = GoodputController.plan
 
@@ -137,7 +138,7 @@ def test_the_controller_knows_the_waiting_prompts_budgets() -> None:
         out = specdec.generate(_model(), prompts, drafter="anpd", verifier="exact", max_new_tokens=NEW_TOKENS,
                                max_batch_size=2)
     assert out.sequences == _expected(prompts)
-    assert seen[0] == [NEW_TOKENS] * 3  # prompts 2, 3 and 4 wait, each with the tokens it may commit
+    assert seen[0] == [NEW_TOKENS] * 3  # six prompts wait: the first batch-size + 1 are read
     counts = [len(waiting) for waiting in seen]
     assert counts[-1] == 0 and all(a >= b for a, b in zip(counts, counts[1:]))  # they leave the queue as they join
 
