@@ -66,7 +66,7 @@ def _observe_step_scale(self, plan, cut, verdict, timings, *args, **kwargs):
 
 def _alike_weights(self, row_ids, max_depth, waiting, parts):
     """Before stop 51: while any prompt waits, every token counts alike (the last wave included)."""
-    return _WEIGHTS(self, row_ids, max_depth, True if waiting is True or len(waiting) else False, parts)
+    return _WEIGHTS(self, row_ids, max_depth, bool(waiting), parts)
 
 
 SWITCHES: dict[str, Callable[[], list[AbstractContextManager]]] = {
