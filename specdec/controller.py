@@ -909,8 +909,9 @@ class GoodputController:
         rows, steps = self._batch_quiet
         if drafting or rows != tuple(row_ids):
             steps = BATCH_QUIET_STEPS
-        self._batch_quiet = (tuple(row_ids), steps if drafting else int(min(BATCH_QUIET_MAX, 2 * steps)))
-        return int(min(BATCH_QUIET_MAX, steps))
+        steps = int(min(BATCH_QUIET_MAX, steps))
+        self._batch_quiet = (tuple(row_ids), steps if drafting else 2 * steps)
+        return steps
 
     def _unknown(self, row: _Row, options: dict[str, tuple[_Items, int, float, int]], pick: str | None
                  ) -> str | None:

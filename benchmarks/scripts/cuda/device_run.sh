@@ -9,6 +9,10 @@
 #     sh benchmarks/scripts/cuda/device_run.sh suite     # the suite on the GPU in float32 and bfloat16 (~6 min)
 #     sh benchmarks/scripts/cuda/device_run.sh quick     # the quick preset in bfloat16 (~4 min)
 #     sh benchmarks/scripts/cuda/device_run.sh profile   # benchmarks/scripts/cuda/profile_step.py (~2 min)
+#     sh benchmarks/scripts/cuda/device_run.sh goodput   # stop 51: issue 21's tests on the GPU in bfloat16 (~1 min
+#                                                        # on an H200), then the quick preset cut to one prompt per
+#                                                        # category and one repeat (~1.5 min): lossless, not a speed
+#                                                        # reading (benchmarks/results/cuda/goodput_s51/)
 # Each writes its logs under $OUT. The working tree that travels must stay under 64 MiB: stop 43 moved
 # benchmarks/results/ out of the tree for its calls (the bundled weights and the wheels fill the rest).
 set -eu
@@ -19,8 +23,8 @@ fetch)
     transformers==5.24.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
     typing_extensions==4.16.0 bayesian-optimization==3.4.0
   exit 0 ;;
-suite|quick|profile) ;;
-*) echo "usage: $0 fetch|suite|quick|profile" >&2; exit 2 ;;
+suite|quick|profile|goodput) ;;
+*) echo "usage: $0 fetch|suite|quick|profile|goodput" >&2; exit 2 ;;
 esac
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -47,4 +51,13 @@ quick)
 profile)
   timeout 280 /tmp/v/bin/python benchmarks/scripts/cuda/profile_step.py --tokens 64 > "$OUT/profile_step.txt" 2>&1 || true
   head -6 "$OUT/profile_step.txt" ;;
+goodput)
+  SPECDEC_TEST_DEVICE=cuda SPECDEC_TEST_DTYPE=bfloat16 timeout 200 /tmp/v/bin/python -m pytest -q -p no:cacheprovider \
+    -n 12 -rf tests/test_controller.py tests/test_continuous_batching.py tests/test_determinism.py \
+    tests/test_on_device.py > "$OUT/tests_cuda_bf16.txt" 2>&1 || true
+  tail -3 "$OUT/tests_cuda_bf16.txt"
+  timeout 140 /tmp/v/bin/specdec bench --preset quick --per-category 1 --device cuda --dtype bfloat16 --repeats 1 \
+    --no-progress --baseline hf_generate --drafter none --drafter anpd --drafter draft_model:model=@draft \
+    --drafter layer_skip --drafter auto --out "$OUT/q" > "$OUT/quick.log" 2>&1 || true
+  grep -v "Loading weights" "$OUT/quick.log" | tail -12 ;;
 esac
