@@ -5,7 +5,8 @@
 
 A cell is `drafter[:key=value,...][@controller_option=value,...][+module.CONSTANT=value...]`: drafter options (draft_model
 gets the bundled draft), `ControllerOptions`, and constants of any `specdec` module patched for the cell's calls. Each
-cell keeps a cost model of its own and is warmed up once (its verify curves are measured outside the timed calls);
+cell keeps a cost model of its own and is warmed up once, without its patches (its verify curves are measured outside
+the timed calls);
 every Spec-Bench prompt of the categories (first turns, 128 new tokens) runs under every cell in turn, the order
 reversed every other prompt. A figure is the first cell's process CPU time over the cell's, per category and overall;
 batch steps in brackets. Differs from `benchmarks/scripts/goodput/variant_ab.py` in taking controller options and any
@@ -16,20 +17,14 @@ import time
 from contextlib import ExitStack
 from unittest import mock
 
-import torch
-from specdec.benchmarks.datasets import PromptBuilder, load_dataset
+from _prompts import default_pair_and_prompts
 
 import specdec
 from specdec.costs import CostModel, device_key
-from specdec.target import context_length
 
-torch.set_num_threads(1)
-pair = specdec.load_default()
-tgt, tok = pair.target, pair.tokenizer
-samples = load_dataset("spec_bench", per_category=5)
-b = PromptBuilder(tok, context_length(tgt), 128)
 cats = sys.argv[1].split(",")
-calls = [(s.category, b.encode([], t)[0]) for s in samples if s.category in cats for t in s.turns[:1]]
+pair, calls = default_pair_and_prompts(cats)
+tgt = pair.target
 def parse(spec):
     parts = spec.split("+")
     head, patches = parts[0], []

@@ -4,20 +4,15 @@ Needs `probe_run.diff` applied (PROBE_RUN)."""
 import statistics
 from unittest import mock
 
-import torch
-from specdec.benchmarks.datasets import PromptBuilder, load_dataset
+from _prompts import default_pair_and_prompts
 
 import specdec
 from specdec import controller as C
 from specdec.costs import CostModel, device_key
-from specdec.target import context_length
 
-torch.set_num_threads(1)
-pair = specdec.load_default()
-tgt, tok = pair.target, pair.tokenizer
-samples = load_dataset("spec_bench", per_category=5)
-b = PromptBuilder(tok, context_length(tgt), 128)
-calls = [b.encode([], s.turns[0])[0] for s in samples if s.category == "qa"]
+pair, qa = default_pair_and_prompts(["qa"])
+tgt = pair.target
+calls = [ids for _, ids in qa]
 cm = CostModel(device_key("cpu"))
 specdec.generate(tgt, calls[1], max_new_tokens=16, cost_model=cm, drafter="ppd", drafter_options={"num_ept": 1})
 with mock.patch.object(C, "PROBE_RUN", 8):

@@ -4,21 +4,14 @@ options, may be empty)."""
 import sys
 import time
 
-import torch
-from specdec.benchmarks.datasets import PromptBuilder, load_dataset
+from _prompts import default_pair_and_prompts
 
 import specdec
 from specdec.costs import CostModel, device_key
-from specdec.target import context_length
 
-torch.set_num_threads(1)
-pair = specdec.load_default()
-tgt, tok = pair.target, pair.tokenizer
-samples = load_dataset("spec_bench", per_category=5)
-b = PromptBuilder(tok, context_length(tgt), 128)
-cats = sys.argv[1].split(",")
+pair, calls = default_pair_and_prompts(sys.argv[1].split(","))
+tgt = pair.target
 opts = dict(kv.split("=") for kv in sys.argv[2].split(",")) if len(sys.argv) > 2 and sys.argv[2] else {}
-calls = [(s.category, b.encode([], s.turns[0])[0]) for s in samples if s.category in cats]
 cm = CostModel(device_key("cpu"))
 def pattern(st):
     return " ".join("." if d == 0 else f"{d}/{a}" for d, a in zip(st.drafted_per_step, st.accepted_per_step))

@@ -4,19 +4,14 @@ learning), on Spec-Bench's qa prompts (first turns, 128 new tokens): plain decod
 without the controller, and ppd under the controller."""
 import time
 
-import torch
-from specdec.benchmarks.datasets import PromptBuilder, load_dataset
+from _prompts import default_pair_and_prompts
 
 import specdec
 from specdec.costs import CostModel, device_key
-from specdec.target import context_length
 
-torch.set_num_threads(1)
-pair = specdec.load_default()
-tgt, tok = pair.target, pair.tokenizer
-samples = load_dataset("spec_bench", per_category=5)
-b = PromptBuilder(tok, context_length(tgt), 128)
-prompts = [b.encode([], s.turns[0])[0] for s in samples if s.category == "qa"]
+pair, qa = default_pair_and_prompts(["qa"])
+tgt = pair.target
+prompts = [ids for _, ids in qa]
 tiny = {"schedule": "profile", "tree_size": 2, "num_prompts": 1, "num_ept": 1}
 cells = {"none": dict(drafter="none"), "tiny ppd": dict(drafter="ppd", drafter_options=tiny, controller=False),
          "ppd (controller)": dict(drafter="ppd")}
