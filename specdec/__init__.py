@@ -1,7 +1,7 @@
 """specdec: speculative decoding for Hugging Face transformers models, any drafter with any verifier."""
 
 from .api import GenerationOutput, generate
-from .draft import Draft, ExtraSlots, Verdict
+from .draft import Draft, ExtraHost, ExtraSlots, Verdict
 from .errors import (
     DrafterError,
     PluginLoadError,
@@ -32,6 +32,7 @@ __all__ = [
     "DecodeState",
     "Drafter",
     "DrafterError",
+    "ExtraHost",
     "ExtraSlots",
     "GenerationContext",
     "GenerationOutput",

@@ -25,7 +25,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import registry
-from .draft import Draft, DraftHost, ExtraSlots, Verdict
+from .draft import Draft, DraftHost, ExtraHost, ExtraSlots, Verdict
 from .errors import SpecDecError
 from .plugins import DecodeState, Drafter, GenerationContext
 
@@ -186,7 +186,9 @@ class AutoDrafter(Drafter):
         for name, member in self.members.items():
             rows = [c == name for c in choice]
             own = replace(state, accepted=None if state.accepted is None else [
-                count if mine else 0 for count, mine in zip(state.accepted, rows)])
+                count if mine else 0 for count, mine in zip(state.accepted, rows)],
+                accepted_nodes=None if state.accepted_nodes is None else [
+                nodes if mine else [] for nodes, mine in zip(state.accepted_nodes, rows)])
             member.observe(own, _only_rows(draft, rows), _verdict_rows(verdict, rows), committed,
                            extra_logits if any(rows) else None)
 
@@ -213,7 +215,10 @@ def _only_rows(draft: Draft, rows: list[bool]) -> Draft:
     extra = draft.extra
     if extra is not None:
         slots = torch.where(keep.to(extra.num_slots.device), extra.num_slots, torch.zeros_like(extra.num_slots))
-        extra = ExtraSlots(extra.embeds, extra.parents, slots)
+        extra_host = None if extra.host is None else ExtraHost(
+            [n if mine else 0 for n, mine in zip(extra.host.num_slots, rows)],
+            [p if mine else [] for p, mine in zip(extra.host.parents, rows)])
+        extra = ExtraSlots(extra.embeds, extra.parents, slots, extra_host)
     host = draft.host
     if host is not None:
         host = DraftHost([n if mine else 0 for n, mine in zip(host.sizes, rows)], host.chain,
@@ -275,16 +280,37 @@ def merge_rows(rows: list[Draft | None], batch: int) -> Draft:
             if scores is not None and draft.scores is not None and not host_scores:
                 scores[b, :n] = draft.scores[b, :n].float().cpu()
         if draft.extra is not None and embeds is not None:
-            e = int(draft.extra.num_slots[b])
+            extra_host = draft.extra.host
+            e = extra_host.num_slots[b] if extra_host is not None else int(draft.extra.num_slots[b])
             if e:
                 embeds[b, :e] = draft.extra.embeds[b, :e]
                 own = draft.extra.parents[b, :e].cpu()
                 parents_e[b, :e] = torch.where(own >= draft.width, own - draft.width + width, own)
                 num_slots[b] = e
-    extra = ExtraSlots(embeds, parents_e, num_slots) if embeds is not None else None
+    extra = None
+    if embeds is not None:
+        extra = ExtraSlots(embeds, parents_e, num_slots, _merged_extra_host(rows, width))
     if host_scores:
         scores = torch.tensor([row + [0.0] * (width - len(row)) for row in host.scores]).reshape(batch, width)
     return Draft(tokens, parents, counts, q, extra, scores, host)
+
+
+def _merged_extra_host(rows: list[Draft | None], width: int) -> ExtraHost | None:
+    """The merged extra slots' host view (slots renumbered after the merged width), when every row's draft that
+    has extra slots gives one."""
+    if any(d is not None and d.extra is not None and d.extra.host is None for d in rows):
+        return None
+    counts: list[int] = []
+    parents: list[list[int]] = []
+    for b, draft in enumerate(rows):
+        if draft is None or draft.extra is None:
+            counts.append(0)
+            parents.append([])
+            continue
+        own = draft.extra.host.parents[b]
+        counts.append(len(own))
+        parents.append([p - draft.width + width if p >= draft.width else p for p in own])
+    return ExtraHost(counts, parents)
 
 
 def _merged_host(rows: list[Draft | None], sizes: list[int], scored: bool) -> DraftHost | None:

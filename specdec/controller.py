@@ -1593,8 +1593,10 @@ def _extra_anchors(draft: Draft) -> list[list[int]]:
     if extra is None or extra.embeds.shape[1] == 0:
         return [[] for _ in range(batch)]
     width = draft.width
-    parents = extra.parents.tolist()
-    slots = extra.num_slots.tolist()
+    if extra.host is not None:  # the drafter's (or validation's) host view: no read
+        parents, slots = extra.host.parents, extra.host.num_slots
+    else:
+        parents, slots = extra.parents.tolist(), extra.num_slots.tolist()
     out = []
     for b in range(batch):
         anchors = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -27,6 +28,16 @@ class ExtraSlots:
     embeds: torch.Tensor  # [B, E, hidden], the target's dtype
     parents: torch.Tensor  # [B, E] long
     num_slots: torch.Tensor  # [B] long
+    host: ExtraHost | None = None  # the same index data on the host, when the drafter knows it
+
+
+@dataclass
+class ExtraHost:
+    """The host copy of an `ExtraSlots`' index data (Python lists), like `DraftHost` for nodes: the engine
+    prunes and cuts extra slots, and a drafter reads them back in `observe`, without a device read."""
+
+    num_slots: list[int]  # per row
+    parents: list[list[int]]  # per row, its num_slots[b] parents (the combined numbering of `ExtraSlots`)
 
 
 @dataclass
@@ -213,6 +224,40 @@ def path_to(parents: torch.Tensor, node: torch.Tensor, length: torch.Tensor, wid
         path[rows, position[rows]] = current[rows]
         current = torch.where(live, parents.gather(1, current.clamp(min=0).unsqueeze(1)).squeeze(1), current)
     return path
+
+
+def chain_layout(batch: int, steps: int, device: torch.device | str) -> tuple[torch.Tensor, None]:
+    """`tree_layout` of rows that are each one chain of `steps` inputs: depths 0..steps-1, and None for the
+    visibility (causal), which the target's masks build without a [B, T, T] tensor."""
+    return torch.arange(steps, device=device).expand(batch, steps), None
+
+
+#: Trees the host lays out (`host_tree_layout`): visibility as one bit mask per input fits an unsigned 64-bit integer,
+#: and the Python loop stays shorter than the device version's few dozen tensor ops.
+HOST_LAYOUT_MAX_STEPS = 63
+HOST_LAYOUT_MAX_INPUTS = 512
+
+
+def host_tree_layout(parents: Sequence[Sequence[int]], device: torch.device | str
+                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`tree_layout` from host parents (input indices per row, parent < t; the root is its own parent), built on
+    the host in one pass over the inputs and moved once; None when the tree is too large for that (then lay it
+    out on the device). For the engine, whose drafts carry their index data on the host."""
+    batch, steps = len(parents), len(parents[0]) if parents else 0
+    if steps > HOST_LAYOUT_MAX_STEPS or batch * steps > HOST_LAYOUT_MAX_INPUTS:
+        return None
+    depths, masks = [], []
+    for row in parents:
+        depth, mask = [0], [1]
+        for t in range(1, steps):
+            parent = row[t]
+            depth.append(depth[parent] + 1)
+            mask.append(mask[parent] | (1 << t))
+        depths.append(depth)
+        masks.append(mask)
+    bits = np.asarray(masks, dtype=np.uint64)[:, :, None] >> np.arange(steps, dtype=np.uint64)
+    visible = (bits & np.uint64(1)).astype(bool)
+    return torch.tensor(depths, dtype=torch.long, device=device), torch.from_numpy(visible).to(device)
 
 
 def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,7 +27,7 @@ import torch
 
 from .controller import ControllerOptions, GoodputController, Member, Plan
 from .costs import LONG_CONTEXT, CostModel, cost_clock, cost_model_for
-from .draft import Draft, ExtraSlots, Verdict, tree_layout
+from .draft import Draft, ExtraSlots, Verdict, chain_layout, host_tree_layout, tree_layout
 from .errors import DrafterError, VerifierError
 from .padded_runner import PaddedTargetRunner
 from .plugins import DecodeState, Drafter, GenerationContext, Verifier
@@ -37,7 +37,7 @@ from .stats import GenerationStats
 from .stopping import StopChecker
 from .target import TargetRunner, context_length, model_device, static_width
 from .timing import DeviceMarks
-from .validation import explain_draft, explain_verdict, prune_draft, validate_draft, verdict_problems
+from .validation import DraftCheck, check_verdict_shapes, prune_draft, validate_draft, verdict_problem
 
 #: Cache slots reserved per row beyond prompt + output for the draft of a step (grown when exceeded).
 DRAFT_SLOTS_RESERVED = 16
@@ -68,6 +68,17 @@ class StepOutcome:
     paths: list[list[int]] | None  # accepted node indices per row (trees; None: a chain's are 0, 1, ...)
     depths: list[int]  # each row's deepest drafted node
     proposed: list[list[int]] | None = None  # the uncut draft's tokens per row, when the cut dropped some
+
+
+@dataclass
+class VerifyInputs:
+    """A step's verification inputs (`SpeculativeEngine._inputs`)."""
+
+    tokens: torch.Tensor  # [B, 1 + N] root and node tokens (extra slots take their embeddings)
+    extra: ExtraSlots | None  # the extra slots, None when there are none
+    depths: torch.Tensor  # [B, 1 + N + E] depth below the root
+    visible: torch.Tensor | None  # [B, T, T] ancestor-or-self (None: every row one causal chain)
+    valid: np.ndarray  # [B, T] host: the real inputs of each row
 
 
 @dataclass
@@ -328,7 +339,7 @@ class SpeculativeEngine:
             state.set_draft_budget(plan.budget)
             state.draft_choice = list(plan.choice)
             state.draft_exit = plan.exit
-        draft_problem: torch.Tensor | None = None
+        draft_check: DraftCheck | None = None
         if plan is not None and plan.plain:
             # The controller decodes every row plainly: the drafter is not asked (on a 2 ms step its
             # prepare and propose cost ~2%); it still sees the committed tokens in `observe`.
@@ -344,7 +355,7 @@ class SpeculativeEngine:
                 draft = self._drafter_call("propose", controller.propose, self.drafter, state, plan)
             else:
                 draft = self._drafter_call("propose", self.drafter.propose, state)
-            draft, draft_problem = validate_draft(draft, self.drafter.name, batch, self.vocab_size,
+            draft, draft_check = validate_draft(draft, self.drafter.name, batch, self.vocab_size,
                                                   self.config.max_draft_nodes, device)
             extra_limit = None  # extra slots may sit anywhere below the context limit
             if draft.extra is not None and self.context is not None:
@@ -362,50 +373,22 @@ class SpeculativeEngine:
         c1 = clock() if clock else 0.0
         marks.mark("cut")
 
-        # Inputs: [root, nodes (N), extras (E)]; parents in input indices (root = 0 = its own parent).
         host = draft.host
         width = draft.width
-        roots = torch.tensor([[seq[-1]] for seq in state.sequences], dtype=torch.long, device=device)
-        node_mask = draft.node_mask()
-        zero = torch.zeros(batch, 1, dtype=torch.long, device=device)
-        if width:
-            # Values a failed check (read back below) would reject are made harmless for the forward first.
-            index = torch.arange(width, device=device)
-            safe_parents = torch.minimum(draft.parents.clamp(min=-1), index - 1)
-            safe_tokens = draft.tokens.clamp(0, self.vocab_size - 1)
-            node_parents = torch.where(node_mask, safe_parents + 1, 0)
-            tokens = torch.cat([roots, torch.where(node_mask, safe_tokens, roots)], dim=1)
-            parents = torch.cat([zero, node_parents], dim=1)
-        else:  # plain decoding step
-            tokens, parents = roots, zero
+        inputs = self._inputs(draft, state.sequences)
+        tokens, extra, depths, visible, valid = inputs.tokens, inputs.extra, inputs.depths, inputs.visible, inputs.valid
         sizes = np.asarray(host.sizes, dtype=np.int64)
-        columns = np.arange(1 + width)[None, :]
-        valid = (columns == 0) | (columns <= sizes[:, None])  # host: real inputs per row
-        extra: ExtraSlots | None = draft.extra
-        useful = batch + int(sizes.sum())
-        if extra is not None and extra.embeds.shape[1]:
-            slots = extra.embeds.shape[1]
-            slot_counts = np.asarray(extra.num_slots.tolist(), dtype=np.int64)  # extra slots (PPD) read their counts
-            extra_mask = torch.arange(slots, device=device)[None, :] < extra.num_slots.to(device)[:, None]
-            extra_parents = torch.where(extra_mask, extra.parents.to(device).clamp(min=-1) + 1, 0)
-            parents = torch.cat([parents, extra_parents], dim=1)
-            input_ids = torch.cat([tokens, roots.expand(batch, slots)], dim=1)
-            valid = np.concatenate([valid, np.arange(slots)[None, :] < slot_counts[:, None]], axis=1)
-            useful += int(slot_counts.sum())
-        else:
-            extra = None
-            input_ids = tokens
-        depths, visible = tree_layout(parents)
+        useful = int(valid.sum())
         # Real inputs (the rest pad rows to the widest): packed verification computes only these.
-        stats.input_slots += parents.numel()
+        stats.input_slots += valid.size
         stats.useful_input_slots += useful
         if cut is not None:
-            cut.inputs = useful if target.packed_inputs else parents.numel()
+            cut.inputs = useful if target.packed_inputs else valid.size
         if extra is None:
-            logits = target.verify_forward(input_ids, depths, visible, valid=valid, chain=host.chain)
+            logits = target.verify_forward(tokens, depths, visible, valid=valid, chain=host.chain)
         else:
             logits = target.verify_forward(tokens, depths, visible, extra.embeds, valid=valid)
-        del input_ids
+        del inputs, tokens
         t2 = time.perf_counter()
         c2 = clock() if clock else 0.0
 
@@ -415,17 +398,17 @@ class SpeculativeEngine:
             raise
         except Exception as error:
             raise VerifierError(f"verifier {self.verifier.name!r} raised: {error!r}") from error
-        verdict_problem = verdict_problems(verdict, draft, self.verifier.name)
+        check_verdict_shapes(verdict, draft, self.verifier.name)
         marks.mark("verdict")
         hindsight = cut is not None and any(spare is not None for spare in cut.spare)
-        outcome = self._read_back(draft, verdict, depths, draft_problem, verdict_problem,
-                                  draft_before_cut if hindsight else None)
+        outcome = self._read_back(draft, verdict, depths, draft_check, draft_before_cut if hindsight else None)
         t3 = time.perf_counter()
         c3 = clock() if clock else 0.0
 
         finished, committed = self._commit(state, outcome, verdict, host.chain, target, sequences, results, stoppers,
                                            budgets, stats)
         state.accepted = list(outcome.accepted)
+        state.accepted_nodes = outcome.paths if outcome.paths is not None else [list(range(n)) for n in outcome.accepted]
         extra_logits = logits[:, 1 + width :] if extra is not None else None
         self._drafter_call("observe", self.drafter.observe, state, draft, verdict, committed, extra_logits)
         t4 = time.perf_counter()
@@ -472,52 +455,87 @@ class SpeculativeEngine:
             stats.other_time += time.perf_counter() - t4  # the controller's own learning
         return finished
 
-    def _read_back(self, draft: Draft, verdict: Verdict, depths: torch.Tensor, draft_problem: torch.Tensor | None,
-                   verdict_problem: torch.Tensor | None, proposed: Draft | None = None) -> StepOutcome:
-        """The step's one read of device data: accepted counts, bonus tokens, accepted tokens, the two
-        validation flags, for trees the accepted paths and each row's deepest node, and the tokens of the
-        uncut draft `proposed` (when the controller learns in hindsight what it cut), packed into one
-        tensor. Raises for an invalid draft or verdict before anything is committed."""
+    def _inputs(self, draft: Draft, sequences: list[list[int]]) -> VerifyInputs:
+        """The verification forward's inputs [root, nodes (N), extra slots (E)] per row, and their layout, from the
+        validated draft's host views (checked on the host; its tensors are judged against them after the step's
+        read-back, before anything is committed)."""
+        batch, width, host = draft.batch_size, draft.width, draft.host
+        device = self.device
+        roots = torch.tensor([[seq[-1]] for seq in sequences], dtype=torch.long, device=device)
+        extra = draft.extra if draft.extra is not None and draft.extra.embeds.shape[1] else None
+        slots = extra.embeds.shape[1] if extra is not None else 0
+        slot_counts = extra.host.num_slots if extra is not None else [0] * batch
+        columns = np.arange(1 + width + slots)[None, :]
+        sizes = np.asarray(host.sizes, dtype=np.int64)[:, None]
+        # Host: the real inputs of each row (the rest pad rows to the widest).
+        valid = (columns <= sizes) | ((columns > width) & (columns <= width + np.asarray(slot_counts)[:, None]))
+        # Token values a failed check would reject are made harmless for the forward (padding hangs from the root).
+        tokens = torch.cat([roots, draft.tokens.clamp(0, self.vocab_size - 1)], dim=1) if width else roots
+        if extra is None and host.chain and all(size == width for size in host.sizes):
+            # Every row one chain of the same length (plain steps, chain drafts at batch 1): causal, no tree.
+            depths, visible = chain_layout(batch, 1 + width, device)
+            return VerifyInputs(tokens, None, depths, visible, valid)
+        # Parents in input indices: node i is input 1 + i and extra slot e input 1 + width + e, so a parent in the
+        # draft's combined numbering (-1 = the root) is one less than its input; padding hangs from the root.
+        rows = []
+        for b in range(batch):
+            nodes = [parent + 1 for parent in host.parents_of(b)]
+            row = [0] + nodes + [0] * (width - len(nodes))
+            if extra is not None:
+                own = [parent + 1 for parent in extra.host.parents[b]]
+                row += own + [0] * (slots - len(own))
+            rows.append(row)
+        layout = host_tree_layout(rows, device) or tree_layout(torch.tensor(rows, dtype=torch.long, device=device))
+        return VerifyInputs(tokens, extra, layout[0], layout[1], valid)
+
+    def _read_back(self, draft: Draft, verdict: Verdict, depths: torch.Tensor, draft_check: DraftCheck | None,
+                   proposed: Draft | None = None) -> StepOutcome:
+        """The step's one read of device data, packed into one tensor: accepted counts, bonus tokens, accepted
+        nodes and their tokens, for trees each row's deepest node, the tokens of the uncut draft `proposed` (when
+        the controller learns in hindsight what it cut), and the values the draft's checks judge. Raises for an
+        invalid draft or verdict, judged on the host from these values, before anything is committed."""
         batch, width = draft.batch_size, draft.width
         device = self.device
-        counts = verdict.num_accepted.to(device).long()
-        accepted = verdict.accepted.to(device).long()
-        columns = accepted.shape[1] if width else 0
-        path = accepted[:, :columns]
-        path_tokens = draft.tokens.gather(1, path.clamp(0, max(width - 1, 0))) if columns else path
-        no = torch.zeros((), dtype=torch.bool, device=device)
-        flags = torch.stack([no if draft_problem is None else draft_problem.to(device),
-                             no if verdict_problem is None else verdict_problem.to(device)]).long()
-        parts = [counts, verdict.bonus.to(device).long(), flags, path_tokens.reshape(-1)]
+        columns = verdict.accepted.shape[1] if width else 0
+        # Every part as long on the device, one cat and one read (each tensor op here costs a few microseconds
+        # of host time on every step, plain ones included).
+        parts = [verdict.num_accepted.to(device, torch.long), verdict.bonus.to(device, torch.long)]
+        if columns:
+            path = verdict.accepted.to(device, torch.long)
+            parts += [path.reshape(-1), draft.tokens.gather(1, path.clamp(0, width - 1)).reshape(-1)]
         tree = width and not draft.host.chain
         if tree:
-            node_depths = depths[:, 1 : 1 + width] * draft.node_mask()
-            parts += [path.reshape(-1), node_depths.max(dim=1).values]
+            parts.append((depths[:, 1 : 1 + width] * draft.node_mask()).max(dim=1).values)
         if proposed is not None:
-            parts.append(proposed.tokens.to(device).long().reshape(-1))
+            parts.append(proposed.tokens.to(device, torch.long).reshape(-1))
+        if draft_check is not None:
+            parts += draft_check.parts()
         values = torch.cat(parts).tolist()
-        if values[2 * batch]:
-            raise explain_draft(draft, self.drafter.name, self.vocab_size)
-        if values[2 * batch + 1]:
-            raise explain_verdict(verdict, draft, self.verifier.name)
-        count_list = values[:batch]
-        offset = 2 * batch + 2
-        token_rows = [values[offset + b * columns : offset + b * columns + count_list[b]] for b in range(batch)]
-        offset += batch * columns
-        if tree:
-            paths = [values[offset + b * columns : offset + b * columns + count_list[b]] for b in range(batch)]
-            offset += batch * columns
-            depth_list = values[offset : offset + batch]
-            offset += batch
-        else:
-            paths = None
-            depth_list = list(draft.host.sizes)  # a chain's deepest node is its last
-        proposed_rows = None
-        if proposed is not None:
-            proposed_width = proposed.width
-            proposed_rows = [values[offset + b * proposed_width : offset + (b + 1) * proposed_width]
-                             for b in range(batch)]
-        return StepOutcome(count_list, values[batch : 2 * batch], token_rows, paths, depth_list, proposed_rows)
+        count_list, bonus = values[:batch], values[batch : 2 * batch]
+        offset = 2 * batch
+
+        def rows(row_width: int, counts: list[int] | None = None) -> list[list[int]]:
+            """The next `row_width` values of each row (the first counts[b] of them)."""
+            nonlocal offset
+            taken = [values[offset + b * row_width : offset + b * row_width + (
+                row_width if counts is None else max(0, min(counts[b], row_width)))] for b in range(batch)]
+            offset += batch * row_width
+            return taken
+
+        paths = rows(columns, count_list)
+        token_rows = rows(columns, count_list)
+        depth_list = rows(1) if tree else None
+        proposed_rows = rows(proposed.width) if proposed is not None else None
+        if draft_check is not None:
+            problem = draft_check.problem(values[offset:])
+            if problem is not None:
+                raise DrafterError(f"drafter {self.drafter.name!r} returned an invalid draft: {problem}")
+        problem = verdict_problem(draft.host, width, count_list, bonus, paths, columns, self.vocab_size)
+        if problem is not None:
+            raise VerifierError(f"verifier {self.verifier.name!r} returned an invalid verdict: {problem}")
+        return StepOutcome(count_list, bonus, token_rows, paths if tree else None,
+                           [row[0] for row in depth_list] if depth_list is not None else list(draft.host.sizes),
+                           proposed_rows)
 
     def _prepare(self, state: DecodeState, stats: GenerationStats,
                  clock: Callable[[], float] | None) -> tuple[float, float]:

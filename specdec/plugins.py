@@ -87,11 +87,12 @@ class DecodeState:
     # A drafter that scores its chain's nodes stops a row there; one that does not may ignore it.
     draft_exit: ChainExit | None = None
     # Host copies of `max_depth` and `draft_budget` (the engine sets both; read them through `max_depths()`
-    # and `draft_budgets()`, which never touch the device), and of each row's accepted count once the
-    # step is verified (`accepted_counts`, for `Drafter.observe`).
+    # and `draft_budgets()`, which never touch the device), and of each row's accepted count and accepted
+    # nodes once the step is verified (`accepted_counts`, `accepted_paths`, for `Drafter.observe`).
     max_depth_host: list[int] | None = None
     draft_budget_host: list[int] | None = None
     accepted: list[int] | None = None
+    accepted_nodes: list[list[int]] | None = None  # each row's accepted node indices, in path order
 
     @property
     def batch_size(self) -> int:
@@ -113,6 +114,12 @@ class DecodeState:
     def accepted_counts(self, verdict: Verdict) -> list[int]:
         """Accepted nodes per row of this step's verdict, from the engine's host copy when it has one."""
         return list(self.accepted) if self.accepted is not None else verdict.num_accepted.tolist()
+
+    def accepted_paths(self, verdict: Verdict) -> list[list[int]]:
+        """Each row's accepted node indices in path order, from the engine's host copy when it has one."""
+        if self.accepted_nodes is not None:
+            return [list(nodes) for nodes in self.accepted_nodes]
+        return [row[:count] for row, count in zip(verdict.accepted.tolist(), verdict.num_accepted.tolist())]
 
 
 class Drafter(ABC):

@@ -342,13 +342,14 @@ class TargetRunner:
         self,
         input_ids: torch.Tensor,
         depths: torch.Tensor,
-        visible: torch.Tensor,
+        visible: torch.Tensor | None,
         extra_embeds: torch.Tensor | None = None,
         valid: np.ndarray | None = None,
         chain: bool = False,
     ) -> torch.Tensor:
         """Run [root, nodes..., extras...] at positions lengths + depth with the tree mask; returns
-        logits [B, T, V]. Extra embeddings (if any) replace the last E inputs. `valid` [B, T] (host) marks
+        logits [B, T, V]. `visible` None: every row's inputs form one causal chain (depths 0..T-1). Extra
+        embeddings (if any) replace the last E inputs. `valid` [B, T] (host) marks
         the real inputs (the rest pad rows to the widest): with packed inputs the padding is not
         computed and its logits are zeros. `chain` (host knowledge, e.g. a plain step or a chain draft):
         every row's inputs form one causal chain, so at batch 1 the model's own causal mask is exact."""
@@ -365,7 +366,8 @@ class TargetRunner:
         return self._run(self.write_start, positions, visible, inputs_embeds=embeds, plain_causal=plain,
                          valid=valid)
 
-    def _static_verify(self, input_ids: torch.Tensor, depths: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    def _static_verify(self, input_ids: torch.Tensor, depths: torch.Tensor, visible: torch.Tensor | None
+                       ) -> torch.Tensor:
         """Verification at a width padded to a power of two (`static_width`), so a compiled forward meets a few
         shapes only: the padding inputs see only themselves and nothing real sees them; their keys land past
         the row's real inputs, where the next step overwrites them."""
@@ -373,6 +375,8 @@ class TargetRunner:
         device = self.device
         padded = static_width(width)
         input_ids = input_ids.to(device)
+        if visible is None:  # a causal chain
+            visible = torch.ones(width, width, dtype=torch.bool, device=device).tril().expand(batch, width, width)
         if padded > width:
             extra = padded - width
             input_ids = torch.cat([input_ids, input_ids.new_zeros(batch, extra)], dim=1)

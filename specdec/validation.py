@@ -1,15 +1,18 @@
 """Checks at the engine boundary: every draft and verdict is validated before the engine uses it,
-so a buggy plugin is reported by name instead of corrupting the cache or the output."""
+so a buggy plugin is reported by name instead of corrupting the cache or the output. Shapes and host data are
+checked at once; the tensors' values are judged on the host from the step's one read-back, before anything is
+committed (`DraftCheck`, `verdict_problem`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .draft import Draft, DraftHost, ExtraSlots, Verdict
+from .draft import Draft, DraftHost, ExtraHost, ExtraSlots, Verdict
 from .errors import DrafterError, VerifierError
 
 
@@ -19,11 +22,10 @@ def _fail(drafter: str, message: str) -> DrafterError:
 
 def validate_draft(
     draft: Draft, drafter: str, batch: int, vocab_size: int, max_nodes: int, device: torch.device
-) -> tuple[Draft, torch.Tensor | None]:
+) -> tuple[Draft, DraftCheck | None]:
     """The draft on `device`, with its host view, after the checks the host can make from shapes and the
-    drafter's host data; plus a 0-d bool device tensor that is True when a check of the tensors' values
-    failed (None: nothing to check). The engine reads that flag with the step's one read-back and then
-    calls `explain_draft`, which names the problem, before anything is committed."""
+    drafter's host data; plus the checks of its tensors' values (None: nothing to check), which the engine
+    makes from its one read-back per step, before anything is committed (`DraftCheck`)."""
     if not isinstance(draft, Draft):
         raise _fail(drafter, f"expected a specdec.Draft, got {type(draft).__name__}")
     tokens, parents, counts = draft.tokens, draft.parents, draft.num_nodes
@@ -65,13 +67,17 @@ def validate_draft(
                                or not scores.is_floating_point()):
         raise _fail(drafter, f"scores must be a float tensor [{batch}, {width}], got "
                     f"{getattr(scores, 'dtype', type(scores).__name__)} {tuple(getattr(scores, 'shape', ()))}")
-    if draft.extra is not None:
-        _check_extra_shapes(draft.extra, drafter, batch)
-    moved = Draft(tokens, parents, counts, draft.q, draft.extra, None if scores is None else scores.detach().float(),
+    extra = draft.extra
+    if extra is not None:
+        _check_extra_shapes(extra, drafter, batch, width)
+        if extra.host is None:  # read back once here (a drafter that knows them says so: `ExtraHost`)
+            extra = ExtraSlots(extra.embeds, extra.parents, extra.num_slots, _read_extra_host(extra))
+        _check_extra_host(extra, drafter, width)
+    moved = Draft(tokens, parents, counts, draft.q, extra, None if scores is None else scores.detach().float(),
                   host).to(device)
     if width == 0 and draft.extra is None:  # no values to check: its sizes (all 0) were checked above
         return moved, None
-    return moved, _value_problems(moved, vocab_size)
+    return moved, DraftCheck(moved, vocab_size, _float_problems(moved))
 
 
 def _read_host(draft: Draft) -> DraftHost:
@@ -88,81 +94,128 @@ def _read_host(draft: Draft) -> DraftHost:
     return DraftHost(sizes, chain, None if chain else parents, scores)
 
 
-def _value_problems(draft: Draft, vocab_size: int) -> torch.Tensor:
-    """0-d bool on the draft's device: whether any value breaks the draft contract or disagrees with the
-    host view (checked on the device, read with the step's read-back)."""
-    host = draft.host
+@dataclass
+class DraftCheck:
+    """The checks of a draft's values, made on the host from the engine's one read-back per step: `parts` go into
+    that read, `problem` judges what came back (tokens in the vocabulary, parents earlier nodes, index data as the
+    host view says). Judging read values on the host costs no tensor op per check (a few microseconds of host time
+    each, at every step); only q and scores without a host copy are checked on the device (`flag`)."""
+
+    draft: Draft  # as validated: on the device, with its host view
+    vocab_size: int
+    flag: torch.Tensor | None  # 0-d bool on the device: a check of q or of the scores failed
+
+    def parts(self) -> list[torch.Tensor]:
+        """Flat long tensors on the draft's device: node counts, tokens, parents, then the extra slots' counts
+        and parents, then the flag."""
+        draft = self.draft
+        device = draft.tokens.device
+        parts = [draft.num_nodes, draft.tokens.reshape(-1), draft.parents.reshape(-1)]
+        if draft.extra is not None:
+            parts += [draft.extra.num_slots.to(device, torch.long), draft.extra.parents.to(device, torch.long).reshape(-1)]
+        if self.flag is not None:
+            parts.append(self.flag.to(device, torch.long).reshape(1))
+        return parts
+
+    def problem(self, values: list[int]) -> str | None:
+        """What is wrong with the draft, judged from the values of `parts` (None: nothing)."""
+        draft, vocab_size = self.draft, self.vocab_size
+        host = draft.host
+        batch, width = draft.batch_size, draft.width
+        counts = values[:batch]
+        if counts != list(host.sizes):
+            return f"num_nodes {counts} disagree with its host view {list(host.sizes)}"
+        tokens_at, parents_at = batch, batch + batch * width
+        for b, count in enumerate(counts):
+            row_tokens = values[tokens_at + b * width : tokens_at + b * width + count]
+            if row_tokens and (min(row_tokens) < 0 or max(row_tokens) >= vocab_size):
+                return f"token ids outside the vocabulary [0, {vocab_size})"
+        for b, count in enumerate(counts):
+            row_parents = values[parents_at + b * width : parents_at + b * width + count]
+            if any(parent < -1 or parent >= i for i, parent in enumerate(row_parents)):
+                return "every parent index must be -1 or an earlier node"
+            if row_parents != host.parents_of(b):
+                return "parents disagree with its host view (a chain's must be -1, 0, 1, ...)"
+        offset = batch + 2 * batch * width
+        extra = draft.extra
+        if extra is not None:
+            slots = extra.embeds.shape[1]
+            slot_counts = values[offset : offset + batch]
+            offset += batch
+            for b, count in enumerate(slot_counts):
+                row = values[offset + b * slots : offset + b * slots + max(0, min(count, slots))]
+                if count < 0 or count > slots or any(p < -1 or p >= width + e for e, p in enumerate(row)):
+                    return "extra slot parents must be -1, a node, or an earlier extra slot"
+                if extra.host is not None and (count != extra.host.num_slots[b] or row != extra.host.parents[b]):
+                    return "extra slots disagree with their host view"
+            offset += batch * slots
+        if self.flag is not None and values[offset]:
+            return _float_problem(draft)
+        return None
+
+    def size(self) -> int:
+        """How many values `parts` hold."""
+        draft = self.draft
+        extra = draft.extra
+        batch = draft.batch_size
+        return batch * (1 + 2 * draft.width) + (0 if extra is None else batch * (1 + extra.embeds.shape[1])) + (
+            self.flag is not None)
+
+
+def _float_problems(draft: Draft) -> torch.Tensor | None:
+    """0-d bool on the draft's device: q is not a distribution at a real node, or device-only scores are not
+    finite and non-negative (None: the draft has neither)."""
+    check_scores = draft.scores is not None and draft.host.scores is None
+    if draft.q is None and not check_scores or not draft.width:
+        return None
     device = draft.tokens.device
-    width = draft.width
-    counts = torch.tensor(host.sizes, dtype=torch.long, device=device)
-    bad = (draft.num_nodes != counts).any()
-    if width:
-        valid = torch.arange(width, device=device)[None, :] < counts[:, None]
-        tokens = draft.tokens
-        if host.parents is None:
-            expected = torch.arange(-1, width - 1, device=device).expand_as(draft.parents)
-        else:
-            expected = torch.tensor([row + [-1] * (width - len(row)) for row in host.parents], dtype=torch.long,
-                                    device=device).reshape(draft.parents.shape)
-        bad = bad | (((tokens < 0) | (tokens >= vocab_size) | (draft.parents != expected)) & valid).any()
-        if draft.q is not None:
-            q = draft.q.float()
-            mass = q.sum(-1)
-            bad = bad | (((q < 0).any(-1) | ((mass - 1).abs() > 1e-3)) & valid.to(q.device)).any().to(device)
-        if draft.scores is not None and host.scores is None:
-            bad = bad | ((~torch.isfinite(draft.scores) | (draft.scores < 0)) & valid).any()
-    extra = draft.extra
-    if extra is not None and extra.embeds.shape[1]:
-        slots = extra.embeds.shape[1]
-        e_device = extra.parents.device
-        e_valid = torch.arange(slots, device=e_device)[None, :] < extra.num_slots[:, None]
-        own = width + torch.arange(slots, device=e_device)[None, :]
-        bad = bad | (((extra.parents < -1) | (extra.parents >= own)) & e_valid).any().to(device)
+    valid = draft.node_mask()
+    bad = torch.zeros((), dtype=torch.bool, device=device)
+    if draft.q is not None:
+        q = draft.q.float()
+        mass = q.sum(-1)
+        bad = bad | (((q < 0).any(-1) | ((mass - 1).abs() > 1e-3)) & valid.to(q.device)).any().to(device)
+    if check_scores:
+        bad = bad | ((~torch.isfinite(draft.scores) | (draft.scores < 0)) & valid).any()
     return bad
 
 
-def explain_draft(draft: Draft, drafter: str, vocab_size: int) -> DrafterError:
-    """The error for a draft whose device check failed (`validate_draft`), naming what is wrong."""
-    tokens, parents, counts = draft.tokens.cpu(), draft.parents.cpu(), draft.num_nodes.cpu()
-    host, width = draft.host, draft.width
-    if host is not None and counts.tolist() != list(host.sizes):
-        return _fail(drafter, f"num_nodes {counts.tolist()} disagree with its host view {list(host.sizes)}")
-    index = torch.arange(width)[None, :]
-    valid = index < counts[:, None]
-    if bool((((tokens < 0) | (tokens >= vocab_size)) & valid).any()):
-        return _fail(drafter, f"token ids outside the vocabulary [0, {vocab_size})")
-    if bool((((parents < -1) | (parents >= index)) & valid).any()):
-        return _fail(drafter, "every parent index must be -1 or an earlier node")
-    if host is not None:
-        expected = [host.parents_of(b) for b in range(len(host.sizes))]
-        if [row[:n] for row, n in zip(parents.tolist(), host.sizes)] != expected:
-            return _fail(drafter, "parents disagree with its host view (a chain's must be -1, 0, 1, ...)")
+def _float_problem(draft: Draft) -> str:
+    """What the device check of q or the scores found (read back: only when it failed)."""
+    valid = draft.node_mask().cpu()
     if draft.q is not None:
         q_valid = draft.q.float().cpu()[valid]
         if q_valid.numel() and (bool((q_valid < 0).any()) or not torch.allclose(
                 q_valid.sum(-1), torch.ones(q_valid.shape[0]), atol=1e-3)):
-            return _fail(drafter, "q is not a probability distribution (negative or rows not summing to 1)")
-    if draft.scores is not None:
-        scores = draft.scores.float().cpu()
-        if bool(((~torch.isfinite(scores) | (scores < 0)) & valid).any()):
-            return _fail(drafter, "scores must be finite and non-negative")
-    if draft.extra is not None:
-        extra = draft.extra
-        slots = extra.embeds.shape[1]
-        e_valid = torch.arange(slots)[None, :] < extra.num_slots.cpu()[:, None]
-        own = width + torch.arange(slots)[None, :]
-        e_parents = extra.parents.cpu()
-        if bool(((e_parents < -1) | (e_parents >= own))[e_valid].any()):
-            return _fail(drafter, "extra slot parents must be -1, a node, or an earlier extra slot")
-    return _fail(drafter, "its tensors failed the engine's check")
+            return "q is not a probability distribution (negative or rows not summing to 1)"
+    return "scores must be finite and non-negative"
 
 
-def _check_extra_shapes(extra: ExtraSlots, drafter: str, batch: int) -> None:
+def _read_extra_host(extra: ExtraSlots) -> ExtraHost:
+    """The host view of extra slots whose drafter gave none: read back from the device."""
+    counts = extra.num_slots.tolist()
+    slots = extra.embeds.shape[1]
+    return ExtraHost(counts, [row[: max(0, min(n, slots))] for row, n in zip(extra.parents.tolist(), counts)])
+
+
+def _check_extra_shapes(extra: ExtraSlots, drafter: str, batch: int, width: int) -> None:
     if extra.embeds.dim() != 3 or extra.embeds.shape[0] != batch:
         raise _fail(drafter, f"extra.embeds must be [B={batch}, E, hidden], got {tuple(extra.embeds.shape)}")
     slots = extra.embeds.shape[1]
     if extra.parents.shape != (batch, slots) or extra.num_slots.shape != (batch,):
         raise _fail(drafter, "extra.parents must be [B, E] and extra.num_slots [B]")
+
+
+def _check_extra_host(extra: ExtraSlots, drafter: str, width: int) -> None:
+    """The extra slots' host view (the tensors are judged against it after the step's read-back, `DraftCheck`)."""
+    host, batch, slots = extra.host, extra.embeds.shape[0], extra.embeds.shape[1]
+    if len(host.num_slots) != batch or len(host.parents) != batch:
+        raise _fail(drafter, f"its extra slots' host view has {len(host.num_slots)} rows, not {batch}")
+    if any(count < 0 or count > slots for count in host.num_slots):
+        raise _fail(drafter, f"extra.num_slots {host.num_slots} outside [0, {slots}]")
+    if any(len(row) != count or any(p < -1 or p >= width + e for e, p in enumerate(row))
+           for row, count in zip(host.parents, host.num_slots)):
+        raise _fail(drafter, "extra slot parents must be -1, a node, or an earlier extra slot")
 
 
 def prune_draft(draft: Draft, max_depth: Sequence[int] | torch.Tensor | np.ndarray,
@@ -182,7 +235,24 @@ def prune_draft(draft: Draft, max_depth: Sequence[int] | torch.Tensor | np.ndarr
     if draft.extra is None and host.chain:  # a chain is pruned by clamping its length (every step)
         counts = [max(0, min(n, limit)) for n, limit in zip(host.sizes, limits)]
         return draft if counts == host.sizes else narrow_draft(draft, counts, host)
+    if _within_limits(draft, host, limits, extra_limits):
+        return draft
     return _restrict(draft, None, limits, extra_limits, None)
+
+
+def _within_limits(draft: Draft, host: DraftHost, limits: list[int], extra_limits: list[int] | None) -> bool:
+    """Whether `_restrict` would give the draft back as it is, decided from host data alone: no node can be
+    deeper than its row's node count, no extra slot deeper than that plus its row's slots, and the draft is
+    already narrow (its widest row fills the width). False when unsure (extra slots without a host view)."""
+    extra = draft.extra
+    if extra is not None and extra.host is None:
+        return False
+    slot_counts = extra.host.num_slots if extra is not None else [0] * len(host.sizes)
+    if max(host.sizes, default=0) != draft.width or (extra is not None and max(slot_counts, default=0)
+                                                    != extra.embeds.shape[1]):
+        return False
+    return all(limit >= size for limit, size in zip(limits, host.sizes)) and (extra_limits is None or all(
+        limit >= size + slots for limit, size, slots in zip(extra_limits, host.sizes, slot_counts)))
 
 
 def narrow_draft(draft: Draft, counts: list[int], host: DraftHost | None = None) -> Draft:
@@ -202,7 +272,9 @@ def narrow_draft(draft: Draft, counts: list[int], host: DraftHost | None = None)
 def _host_list(values: Sequence[int] | torch.Tensor | np.ndarray | int, batch: int) -> list[int]:
     if isinstance(values, torch.Tensor):
         return [int(v) for v in values.expand(batch).tolist()]
-    return [int(v) for v in np.broadcast_to(np.asarray(values, dtype=np.int64), (batch,))]
+    if isinstance(values, list) and len(values) == batch:  # the engine's limits (every step)
+        return [int(v) for v in values]
+    return np.broadcast_to(np.asarray(values, dtype=np.int64), (batch,)).tolist()
 
 
 def keep_nodes(draft: Draft, keep: torch.Tensor | list[list[bool]], extra_max_depth: torch.Tensor | None = None,
@@ -230,8 +302,12 @@ def _restrict(draft: Draft, keep: list[list[bool]] | None, node_max_depth: list[
     counts = list(host.sizes)
     parents = [host.parents_of(b) for b in range(batch)]
     extra = draft.extra
-    slot_counts = extra.num_slots.tolist() if extra is not None else [0] * batch
-    slot_parents = extra.parents.tolist() if extra is not None else [[] for _ in range(batch)]
+    if extra is None:
+        slot_counts, slot_parents = [0] * batch, [[] for _ in range(batch)]
+    elif extra.host is not None:
+        slot_counts, slot_parents = extra.host.num_slots, extra.host.parents
+    else:
+        slot_counts, slot_parents = extra.num_slots.tolist(), extra.parents.tolist()
     node_rows: list[list[int]] = []  # kept node indices per row, in order
     node_parents: list[list[int]] = []
     slot_rows: list[list[int]] = []
@@ -288,10 +364,11 @@ def _restrict(draft: Draft, keep: list[list[bool]] | None, node_max_depth: list[
         # A slot whose parent is a slot gets new_width + that slot's new index.
         rows = [[p if p >= -1 else new_width + (-2 - p) for p in row] for row in new_slot_parents]
         slot_index = _index(slot_rows, new_slots, extra.embeds.device)
+        kept_counts = list(map(len, slot_rows))
         new_extra = ExtraSlots(_gather_rows(extra.embeds, slot_index),
                                _padded(rows, new_slots, extra.parents.device),
-                               torch.tensor(list(map(len, slot_rows)), dtype=torch.long,
-                                            device=extra.num_slots.device))
+                               torch.tensor(kept_counts, dtype=torch.long, device=extra.num_slots.device),
+                               ExtraHost(kept_counts, rows))
     sizes = list(map(len, node_rows))
     new_counts = torch.tensor(sizes, dtype=torch.long, device=draft.num_nodes.device)
     chain = all(row == list(range(-1, len(row) - 1)) for row in node_parents)
@@ -319,18 +396,24 @@ def _gather_rows(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return tensor[torch.arange(tensor.shape[0], device=tensor.device)[:, None], index]
 
 
-def validate_verdict(verdict: Verdict, draft: Draft, verifier: str) -> Verdict:
+def validate_verdict(verdict: Verdict, draft: Draft, verifier: str, vocab_size: int | None = None) -> Verdict:
     """Every check at once, raising on the first problem (reads the verdict back: for tests and tools; the
-    engine defers the value checks to its read-back with `verdict_problems`)."""
-    if bool(verdict_problems(verdict, draft, verifier)):
-        raise explain_verdict(verdict, draft, verifier)
+    engine judges the values it reads back anyway, `verdict_problem`). `draft` needs its host view."""
+    check_verdict_shapes(verdict, draft, verifier)
+    host = draft.host if draft.host is not None else _read_host(draft)
+    counts = verdict.num_accepted.tolist()
+    columns = verdict.accepted.shape[1] if draft.width else 0
+    paths = [row[: max(0, min(count, columns))] for row, count in zip(verdict.accepted.tolist(), counts)] if columns \
+        else [[] for _ in counts]
+    problem = verdict_problem(host, draft.width, counts, verdict.bonus.tolist(), paths, columns, vocab_size)
+    if problem is not None:
+        raise _verdict_error(verifier, problem)
     return verdict
 
 
-def verdict_problems(verdict: Verdict, draft: Draft, verifier: str) -> torch.Tensor:
-    """Shape checks on the host (raising at once), and a 0-d bool device tensor that is True when a value
-    check failed; the engine reads it with the step's read-back and then calls `explain_verdict`, before
-    anything is committed."""
+def check_verdict_shapes(verdict: Verdict, draft: Draft, verifier: str) -> None:
+    """The checks of a verdict the host makes from shapes (raising at once); its values are judged after the
+    step's read-back (`verdict_problem`)."""
     batch = draft.batch_size
     if not isinstance(verdict, Verdict):
         raise _verdict_error(verifier, f"expected a specdec.Verdict, got {type(verdict).__name__}")
@@ -338,42 +421,37 @@ def verdict_problems(verdict: Verdict, draft: Draft, verifier: str) -> torch.Ten
         raise _verdict_error(verifier, "num_accepted and bonus must have shape [B]")
     if draft.width and (verdict.accepted.dim() != 2 or verdict.accepted.shape[0] != batch):
         raise _verdict_error(verifier, "accepted must be [B, A]")
-    counts = verdict.num_accepted.to(draft.num_nodes.device)
-    if draft.width == 0:  # nothing could be accepted
-        return (counts != 0).any()
-    # Accepted counts within the drafted nodes and the accepted columns; the accepted nodes form a path
-    # from the root (each one's parent is the previous one).
-    accepted = verdict.accepted.to(draft.parents.device)
-    columns = accepted.shape[1]
-    bad = (counts < 0).any() | (counts > draft.num_nodes).any() | (counts > columns).any()
-    if columns:
-        live = torch.arange(columns, device=accepted.device)[None, :] < counts[:, None]
-        out_of_range = (accepted < 0) | (accepted >= draft.num_nodes[:, None])
-        parent = draft.parents.gather(1, accepted.clamp(0, max(draft.width - 1, 0)))
-        expected = torch.cat([torch.full_like(accepted[:, :1], -1), accepted[:, :-1]], dim=1)
-        bad = bad | ((out_of_range | (parent != expected)) & live).any()
-    return bad
+
+
+def verdict_problem(host: DraftHost, width: int, counts: list[int], bonus: list[int], paths: list[list[int]],
+                    columns: int, vocab_size: int | None) -> str | None:
+    """What is wrong with a verdict, judged on the host from its read values (None: nothing): each row's accepted
+    count within its drafted nodes and the accepted columns, its accepted nodes (`paths[b]`, the first counts[b]
+    of its row) a path from the root, its bonus token in the vocabulary (when `vocab_size` is given)."""
+    for b, count in enumerate(counts):
+        if vocab_size is not None and not 0 <= bonus[b] < vocab_size:
+            return f"bonus token {bonus[b]} outside the vocabulary [0, {vocab_size})"
+        if not width:
+            if count:
+                return "num_accepted must be 0 when the draft has no nodes"
+            continue
+        if count < 0 or count > host.sizes[b]:
+            return f"num_accepted {counts} exceeds the drafted node counts {list(host.sizes)}"
+        if count > columns:
+            return "accepted is narrower than num_accepted"
+        parents = host.parents_of(b)
+        previous = -1
+        for node in paths[b]:
+            if not 0 <= node < host.sizes[b]:
+                return "accepted node index out of range"
+            if parents[node] != previous:
+                return "accepted nodes do not form a path from the root"
+            previous = node
+    return None
 
 
 def _verdict_error(verifier: str, message: str) -> VerifierError:
     return VerifierError(f"verifier {verifier!r} returned an invalid verdict: {message}")
-
-
-def explain_verdict(verdict: Verdict, draft: Draft, verifier: str) -> VerifierError:
-    """The error for a verdict whose device check failed (`validate_verdict`), naming what is wrong."""
-    counts = verdict.num_accepted.cpu()
-    if draft.width == 0:
-        return _verdict_error(verifier, "num_accepted must be 0 when the draft has no nodes")
-    if bool((counts < 0).any()) or bool((counts > draft.num_nodes.cpu()).any()):
-        return _verdict_error(verifier, f"num_accepted {counts.tolist()} exceeds the drafted node counts")
-    if verdict.accepted.shape[1] < (int(counts.max()) if counts.numel() else 0):
-        return _verdict_error(verifier, "accepted is narrower than num_accepted")
-    width = int(counts.max()) if counts.numel() else 0
-    accepted = verdict.accepted[:, :width].cpu()
-    live = torch.arange(width)[None, :] < counts[:, None]
-    if bool(((accepted < 0) | (accepted >= draft.num_nodes.cpu()[:, None]))[live].any()):
-        return _verdict_error(verifier, "accepted node index out of range")
-    return _verdict_error(verifier, "accepted nodes do not form a path from the root")
 
 
 def check_prompt_ids(prompts: list[list[int]], vocab_rows: int) -> None:

@@ -53,10 +53,11 @@ def longest_accepted_path(
     return path_to(parents, deepest, length, draft.width), length, deepest
 
 
-def _is_chain(draft: Draft, valid: torch.Tensor) -> bool:
+def _is_chain(draft: Draft, valid: torch.Tensor | None) -> bool:
     """From the drafter's host view when it has one (no device read), else from the parents."""
     if draft.host is not None:
         return draft.host.chain
+    valid = draft.node_mask() if valid is None else valid
     chain_parents = torch.arange(-1, draft.width - 1, device=draft.parents.device)
     return bool(((draft.parents == chain_parents) | ~valid).all())
 
@@ -79,17 +80,21 @@ class ExactVerifier(Verifier):
             empty = torch.zeros(draft.batch_size, 0, dtype=torch.long, device=choice.device)
             return Verdict(empty, torch.zeros(draft.batch_size, dtype=torch.long, device=choice.device),
                            choice[:, 0])
-        valid = draft.node_mask()
         width = draft.width
+        full = draft.host is not None and all(size == width for size in draft.host.sizes)  # no padding nodes
+        valid = None if full else draft.node_mask()
         if _is_chain(draft, valid):
             # A chain (the common case): node i is accepted iff it and every earlier node match.
-            matched = (draft.tokens == choice[:, :width]) & valid
+            matched = draft.tokens == choice[:, :width]
+            if valid is not None:
+                matched = matched & valid
             length = matched.long().cumprod(dim=1).sum(dim=1)
             index = torch.arange(width, device=length.device)[None, :]
             path = torch.where(index < length[:, None], index, -1)
             return Verdict(path, length, choice.gather(1, length[:, None]).squeeze(1))
         # One choice per distinct context: nodes with equal token paths (duplicate siblings) share
         # their copy's sample, or picking the copy whose sample happens to match would bias the output.
+        valid = draft.node_mask() if valid is None else valid
         parents = torch.where(valid, draft.parents, -1)  # padding entries may hold anything
         canon = canonical_nodes(draft.tokens, parents, valid)
         choice = torch.cat([choice[:, :1], choice[:, 1:].gather(1, canon)], dim=1)

@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from specdec.draft import Draft, ExtraSlots, Verdict
+from specdec.draft import Draft, DraftHost, ExtraHost, ExtraSlots, Verdict
 from specdec.errors import DrafterError
 from specdec.plugins import DecodeState, Drafter, GenerationContext
 from specdec.runner import device_key
@@ -107,33 +107,35 @@ _CHECKED: weakref.WeakKeyDictionary[torch.nn.Module, dict[Path, tuple[tuple, flo
 
 
 class _StateLayout:
-    """Index tensors of one state's tree, so a step is a few gathers instead of Python loops."""
+    """One state's tree: the index tensors that pick its candidates from the predictions' top-k (one gather a
+    step), and the host lists its drafts' index data and host views are made of."""
 
-    def __init__(self, layout: dict[str, list[int]]) -> None:
-        as_long = functools.partial(torch.tensor, dtype=torch.long)
-        self.cand_depth = as_long(layout["cand_depth"])
-        self.cand_rank = as_long(layout["cand_rank"])
-        self.cand_parent = as_long(layout["cand_parent"])
-        self.anchor_node = as_long(layout["anchor_node"])
-        self.parent_slot = as_long(layout["parent_slot"])
-        self.embed_row = as_long(layout["embed_row"])
+    def __init__(self, layout: dict[str, list[int]], scores: list[float]) -> None:
+        self.cand_depth = torch.tensor(layout["cand_depth"], dtype=torch.long)
+        self.cand_rank = torch.tensor(layout["cand_rank"], dtype=torch.long)
         self.num_nodes = len(layout["cand_depth"])
         self.num_slots = len(layout["embed_row"])
+        self.parents = list(layout["cand_parent"])
+        self.chain = self.parents == list(range(-1, self.num_nodes - 1))
+        self.scores = list(scores)  # each candidate's prior acceptance
+        self.slot_parent = list(layout["parent_slot"])  # -1: the slot hangs from its anchor
+        self.slot_anchor = list(layout["anchor_node"])
+        self.embed_rows = list(layout["embed_row"])  # rows of the prompt table
+
+    def slot_parents(self, width: int) -> list[int]:
+        """Each slot's parent in the combined numbering of a draft `width` nodes wide."""
+        return [width + slot if slot >= 0 else anchor for slot, anchor in zip(self.slot_parent, self.slot_anchor)]
 
 
 @functools.lru_cache(maxsize=32)
-def _tree_buffers(accuracies: str, num_prompts: int, size: int, kind: str, num_ept: int
-                  ) -> tuple[dict[int, _StateLayout], dict[int, torch.Tensor]]:
-    """Per state: the tree's index tensors with `num_ept` slots per prompt, and each candidate's score (the product
-    of its ranks' accuracies: its prior acceptance). Built once per tree: setup runs on every generate call, and
+def _tree_buffers(accuracies: str, num_prompts: int, size: int, kind: str, num_ept: int) -> dict[int, _StateLayout]:
+    """Per state: the tree's index data with `num_ept` slots per prompt, and each candidate's score (the product of
+    its ranks' accuracies: its prior acceptance). Built once per tree: setup runs on every generate call, and
     rebuilding them took ~0.4 ms of it. Read-only for their users."""
     trees = _cached_trees(accuracies, num_prompts, size, kind)
     acc = json.loads(accuracies)
-    layouts = {d: _StateLayout(t.layout(num_ept)) for d, t in trees.trees.items()}
-    scores = {d: torch.tensor([math.prod(acc[j][r] for j, r in enumerate(path)) for path in t.paths],
-                              dtype=torch.float32)
-              for d, t in trees.trees.items()}
-    return layouts, scores
+    return {d: _StateLayout(t.layout(num_ept), [math.prod(acc[j][r] for j, r in enumerate(path)) for path in t.paths])
+            for d, t in trees.trees.items()}
 
 
 def _read_profile(path: Path) -> dict:
@@ -162,10 +164,9 @@ class PPDDrafter(Drafter):
         self._table: torch.Tensor | None = None  # [m * n_ept, hidden], the model's dtype and device
         self._predictions: dict[int, torch.Tensor] = {}  # row id -> [d, V] float logits
         self._topk = 10
-        self._scores: dict[int, torch.Tensor] = {}  # per state: each candidate's prior acceptance
         self.goodput = False  # cut by the controller in this call (see setup)
         self._empty = _StateLayout({key: [] for key in ("cand_depth", "cand_rank", "cand_parent", "anchor_node",
-                                                        "parent_slot", "embed_row")})
+                                                        "parent_slot", "embed_row")}, [])
 
     # -- setup ---------------------------------------------------------------------------------
     def _load_checkpoint(self, model: torch.nn.Module) -> tuple[PromptCheckpoint, Path | None]:
@@ -279,7 +280,7 @@ class PPDDrafter(Drafter):
         if widest > context.max_draft_nodes:
             raise DrafterError(f"ppd: the tree has {widest} candidates but max_draft_nodes is "
                                f"{context.max_draft_nodes}; lower tree_size or raise max_draft_nodes")
-        self._layouts, self._scores = _tree_buffers(key, m, self.tree_size, self.options.tree, num_ept)
+        self._layouts = _tree_buffers(key, m, self.tree_size, self.options.tree, num_ept)
         embed = model.get_input_embeddings().weight
         table = checkpoint.embeddings[:m, :num_ept].reshape(m * num_ept, -1)
         self._table = table.to(embed.device, embed.dtype)
@@ -293,46 +294,50 @@ class PPDDrafter(Drafter):
         if self._table is None:
             raise DrafterError("ppd: propose() called before setup()")
         batch = state.batch_size
-        layouts, tokens_rows, scores_rows = [], [], []
-        budgets = state.draft_budget.tolist() if state.draft_budget is not None else [None] * batch
+        layouts, tokens_rows = [], []
+        budgets = state.draft_budgets() or [None] * batch
         if state.draft_budget is not None and not any(budgets):  # the controller decodes every row plainly
             return Draft.empty(batch)
+        device = self._table.device
         for row, budget in zip(state.row_ids, budgets):
             prediction = self._predictions.get(row)
             depth = 0 if prediction is None else prediction.shape[0]
             if budget == 0:  # the controller decodes this row plainly: no candidates, no prompt slots
-                layout, depth = self._empty, -1
+                layout = self._empty
             else:
                 layout = self._layouts[depth]
             layouts.append(layout)
-            scores_rows.append(self._scores.get(depth, torch.zeros(0)))
-            if layout.num_nodes:
-                top = prediction.topk(self._topk, dim=-1).indices.cpu()  # [d, K]
-                tokens_rows.append(top[layout.cand_depth, layout.cand_rank])
+            if layout.num_nodes:  # candidates stay on the predictions' device (no read)
+                top = prediction.topk(self._topk, dim=-1).indices  # [d, K]
+                tokens_rows.append(top[layout.cand_depth.to(top.device), layout.cand_rank.to(top.device)])
             else:
-                tokens_rows.append(torch.zeros(0, dtype=torch.long))
+                tokens_rows.append(torch.zeros(0, dtype=torch.long, device=device))
         width = max(layout.num_nodes for layout in layouts)
         slots = max(layout.num_slots for layout in layouts)
-        tokens = torch.zeros(batch, width, dtype=torch.long)
-        parents = torch.full((batch, width), -1, dtype=torch.long)
-        extra_parents = torch.full((batch, slots), -1, dtype=torch.long)
-        rows_of_table = torch.zeros(batch, slots, dtype=torch.long)
-        for b, layout in enumerate(layouts):
-            n, e = layout.num_nodes, layout.num_slots
-            tokens[b, :n] = tokens_rows[b]
-            parents[b, :n] = layout.cand_parent
-            extra_parents[b, :e] = torch.where(layout.parent_slot >= 0, width + layout.parent_slot,
-                                               layout.anchor_node)
-            rows_of_table[b, :e] = layout.embed_row
-        embeds = self._table[rows_of_table.to(self._table.device)]  # [B, E, hidden]
-        counts = torch.tensor([layout.num_nodes for layout in layouts], dtype=torch.long)
-        num_slots = torch.tensor([layout.num_slots for layout in layouts], dtype=torch.long)
+        # Index data from the layouts' host lists, one tensor per field (each tensor op costs host time every step).
+        tokens = torch.nn.utils.rnn.pad_sequence(tokens_rows, batch_first=True) if width else torch.zeros(
+            batch, 0, dtype=torch.long, device=device)
+        parents = torch.tensor([layout.parents + [-1] * (width - layout.num_nodes) for layout in layouts],
+                               dtype=torch.long).reshape(batch, width)
+        slot_parents = [layout.slot_parents(width) for layout in layouts]
+        extra_parents = torch.tensor([row + [-1] * (slots - len(row)) for row in slot_parents],
+                                     dtype=torch.long).reshape(batch, slots)
+        rows_of_table = torch.tensor([layout.embed_rows + [0] * (slots - layout.num_slots) for layout in layouts],
+                                     dtype=torch.long, device=device).reshape(batch, slots)
+        embeds = self._table[rows_of_table]  # [B, E, hidden]
+        sizes = [layout.num_nodes for layout in layouts]
+        slot_counts = [layout.num_slots for layout in layouts]
         scores = None
         if self.goodput:
-            scores = torch.zeros(batch, width)
-            for b, row_scores in enumerate(scores_rows):
-                scores[b, : row_scores.numel()] = row_scores
-        return Draft(tokens, parents, counts, None, ExtraSlots(embeds, extra_parents, num_slots), scores)
+            scores = torch.tensor([layout.scores + [0.0] * (width - layout.num_nodes) for layout in layouts],
+                                  dtype=torch.float32).reshape(batch, width)
+        # The index data on the host too, so the engine and the controller never read it back.
+        chain = all(layout.chain for layout in layouts)
+        host = DraftHost(sizes, chain, None if chain else [layout.parents for layout in layouts],
+                         [layout.scores for layout in layouts] if self.goodput else None)
+        extra = ExtraSlots(embeds, extra_parents, torch.tensor(slot_counts, dtype=torch.long), ExtraHost(slot_counts,
+                                                                                                       slot_parents))
+        return Draft(tokens, parents, torch.tensor(sizes, dtype=torch.long), None, extra, scores, host)
 
     def observe(
         self,
@@ -343,41 +348,48 @@ class PPDDrafter(Drafter):
         extra_logits: torch.Tensor | None,
     ) -> None:
         extra = draft.extra
-        width = draft.width
-        counts = verdict.num_accepted.cpu()
-        accepted = verdict.accepted.cpu()
-        for b, row in enumerate(state.row_ids):
+        for row in state.row_ids:
             self._predictions.pop(row, None)
-            if extra is None or extra_logits is None:
+        if extra is None or extra_logits is None:
+            return
+        width = draft.width
+        paths = state.accepted_paths(verdict)
+        if extra.host is not None:
+            slot_parents = extra.host.parents
+        else:
+            slot_parents = [row[:n] for row, n in zip(extra.parents.tolist(), extra.num_slots.tolist())]
+        for b, row in enumerate(state.row_ids):
+            if not slot_parents[b]:
                 continue
-            num = int(extra.num_slots[b])
-            if num == 0:
-                continue
-            anchor_wanted = int(accepted[b, counts[b] - 1]) if int(counts[b]) else -1
-            anchors, hops = _anchors_and_hops(extra.parents[b, :num].cpu(), width)
-            predictions = []
+            anchor_wanted = paths[b][-1] if paths[b] else -1
+            by_hop: dict[int, list[int]] = {}  # prompt token k -> the slots holding it under the accepted node
+            for slot, (anchor, hop) in enumerate(_anchors_and_hops(slot_parents[b], width)):
+                if anchor == anchor_wanted:
+                    by_hop.setdefault(hop, []).append(slot)
+            groups = []
             for k in range(1, self.num_prompts + 1):
-                chosen = ((anchors == anchor_wanted) & (hops == k)).nonzero(as_tuple=True)[0]
-                if chosen.numel() == 0:
+                if k not in by_hop:
                     break  # pruned at the context/budget limit: fewer predictions, smaller state
+                groups.append(by_hop[k])
+            if groups:
                 # EPT aggregation: mean of raw logits (the reference code; see docs/ppd.md)
-                predictions.append(extra_logits[b, chosen.to(extra_logits.device)].float().mean(dim=0))
-            if predictions:
-                self._predictions[row] = torch.stack(predictions)
+                self._predictions[row] = torch.stack([
+                    extra_logits[b, torch.tensor(chosen, device=extra_logits.device)].float().mean(dim=0)
+                    for chosen in groups])
 
     def finish(self) -> None:
         self._predictions = {}
 
 
-def _anchors_and_hops(parents: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """For each extra slot (parents in the combined index), the draft node (or -1 = root) its chain
-    hangs from and its distance k from it (prompt token k). Works on pruned drafts too."""
-    anchors = parents.clone()
-    hops = torch.ones_like(parents)
-    for _ in range(parents.numel()):
-        in_chain = anchors >= width
-        if not bool(in_chain.any()):
-            break
-        hops = hops + in_chain.long()
-        anchors = torch.where(in_chain, parents[(anchors - width).clamp(min=0)], anchors)
-    return anchors, hops
+def _anchors_and_hops(parents: list[int], width: int) -> list[tuple[int, int]]:
+    """For each extra slot (its parent in the combined numbering, host data), the draft node (or -1 = root) its
+    chain hangs from and its distance k from it (prompt token k). A slot's parent slot comes before it, so one
+    pass in order settles every slot. Works on pruned drafts too."""
+    found: list[tuple[int, int]] = []
+    for parent in parents:
+        if parent >= width:
+            anchor, hops = found[parent - width]
+            found.append((anchor, hops + 1))
+        else:
+            found.append((parent, 1))
+    return found
