@@ -189,7 +189,8 @@ def test_ppd_steps_read_the_device_at_most_twice(controller, batch) -> None:
     per_step, where, out = reads_per_step(target, PROMPTS[:batch], "ppd", options, controller, 16,
                                           count_verifier=False)
     assert per_step and max(per_step) <= 2, f"reads per step: {per_step} at {dict(where)}"
-    assert out.stats.drafted_tokens > 0
+    if not controller:  # the drafting path really ran (the controller may keep a random-init PPD plain)
+        assert out.stats.drafted_tokens > 0
 
 
 def test_ppd_drafts_say_their_index_data_on_the_host() -> None:
