@@ -111,11 +111,9 @@ def counting_host_reads(where: Counter | None = None):
 
 
 def reads_per_step(model: Any, prompts: list[list[int]], drafter: str, options: dict | None, controller: bool,
-                   new_tokens: int, eos_token_id: int | None = None, count_verifier: bool = True
-                   ) -> tuple[list[int], Counter, Any]:
+                   new_tokens: int, eos_token_id: int | None = None) -> tuple[list[int], Counter, Any]:
     """Reads of each decoding step of one `specdec.generate` call (greedy, exact verifier), all of them by the
-    line that made them, and the call's output. `count_verifier` False: the reads made inside the verifier's
-    `verify` are listed (as "verify: ...") but not counted in the steps'."""
+    line that made them, and the call's output."""
     import specdec
     from specdec.engine import SpeculativeEngine
 
@@ -124,25 +122,9 @@ def reads_per_step(model: Any, prompts: list[list[int]], drafter: str, options: 
     where: Counter = Counter()
 
     def counted(self, *args, **kwargs):
-        verify = self.verifier.verify
-        inside: Counter = Counter()
-
-        def verify_apart(*verify_args, **verify_kwargs):
-            with counting_host_reads(inside):  # the step's count sees these too: they are taken off it below
-                return verify(*verify_args, **verify_kwargs)
-
-        if not count_verifier:
-            self.verifier.verify = verify_apart
-        lines: Counter = Counter()
-        try:
-            with counting_host_reads(lines) as counts:
-                finished = step(self, *args, **kwargs)
-        finally:
-            if not count_verifier:
-                del self.verifier.verify
-        where.update(lines - inside)
-        where.update({f"verify: {line}": n for line, n in inside.items()})
-        per_step.append(sum(counts.values()) - sum(inside.values()))
+        with counting_host_reads(where) as counts:
+            finished = step(self, *args, **kwargs)
+        per_step.append(sum(counts.values()))
         return finished
 
     SpeculativeEngine._step = counted

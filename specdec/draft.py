@@ -54,6 +54,19 @@ class DraftHost:
     def parents_of(self, row: int) -> list[int]:
         return list(range(-1, self.sizes[row] - 1)) if self.parents is None else self.parents[row]
 
+    def depth(self) -> int:
+        """The deepest node over the rows (children of the root have depth 1): how many rounds a per-level loop over
+        the tree needs, known without reading the device."""
+        if self.parents is None:
+            return max(self.sizes, default=0)
+        deepest = 0
+        for row in self.parents:
+            depths: list[int] = []
+            for parent in row:
+                depths.append(1 if parent < 0 else depths[parent] + 1)
+            deepest = max(deepest, *depths) if depths else deepest
+        return deepest
+
     def narrowed(self, counts: list[int]) -> DraftHost:
         """The first counts[b] nodes of each row (a chain's or a breadth-first tree's prefix)."""
         return DraftHost(list(counts), self.chain,
@@ -183,11 +196,12 @@ class Verdict:
         return draft.tokens.gather(1, self.accepted.clamp(min=0)) if draft.width else self.accepted
 
 
-def node_depths(parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def node_depths(parents: torch.Tensor, valid: torch.Tensor, rounds: int | None = None) -> torch.Tensor:
     """Depth of every node (children of the root have depth 1); invalid entries get 0.
 
-    Iterates once per tree level (vectorised over rows and nodes), never over single nodes.
-    """
+    Iterates once per tree level (vectorised over rows and nodes), never over single nodes: `rounds` times when
+    given (the tree's depth, e.g. from `DraftHost.depth`; nothing is read back), else until nothing changes (a
+    read of the device per level)."""
     batch, width = parents.shape
     depth = torch.zeros(batch, width, dtype=torch.long, device=parents.device)
     if width == 0:
@@ -196,18 +210,21 @@ def node_depths(parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     has_parent = safe_parents >= 0
     gather_index = safe_parents.clamp(min=0)
     depth = valid.long()
-    for _ in range(width):
+    for _ in range(width if rounds is None else rounds):
         updated = torch.where(has_parent, depth.gather(1, gather_index) + 1, depth) * valid.long()
-        if torch.equal(updated, depth):
+        if rounds is None and torch.equal(updated, depth):
             break
         depth = updated
     return depth
 
 
-def path_to(parents: torch.Tensor, node: torch.Tensor, length: torch.Tensor, width: int) -> torch.Tensor:
+def path_to(parents: torch.Tensor, node: torch.Tensor, length: torch.Tensor, width: int,
+            rounds: int | None = None) -> torch.Tensor:
     """Node indices from the root's child down to `node` [B] whose depth is `length` [B].
 
-    Returns [B, width] padded with -1; rows with length 0 are all -1.
+    Returns [B, width] padded with -1; rows with length 0 are all -1. `rounds`: the deepest `length` can be (e.g.
+    the tree's depth): then exactly that many steps, with nothing read back; else until every row is done (a read
+    of the device per step).
     """
     batch = parents.shape[0]
     device = parents.device
@@ -215,13 +232,15 @@ def path_to(parents: torch.Tensor, node: torch.Tensor, length: torch.Tensor, wid
     if width == 0:
         return path
     current = node.clone()
-    for step in range(width):
+    rows = torch.arange(batch, device=device)
+    for step in range(width if rounds is None else min(rounds, width)):
         position = length - 1 - step
         live = (position >= 0) & (current >= 0)
-        if not bool(live.any()):
+        if rounds is None and not bool(live.any()):
             break
-        rows = live.nonzero(as_tuple=True)[0]
-        path[rows, position[rows]] = current[rows]
+        # Rows that are done write their own last column's value back onto itself.
+        column = torch.where(live, position, width - 1)
+        path[rows, column] = torch.where(live, current, path[rows, column])
         current = torch.where(live, parents.gather(1, current.clamp(min=0).unsqueeze(1)).squeeze(1), current)
     return path
 

@@ -10,7 +10,8 @@ import torch
 from conftest import VOCAB, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from specdec.benchmarks.host_reads import reads_per_step
+from specdec.benchmarks.host_reads import counting_host_reads, reads_per_step
+from specdec.verifiers.exact import ExactVerifier
 from test_pruning import drafts
 
 import specdec
@@ -23,10 +24,13 @@ from specdec.draft import (
     Verdict,
     chain_layout,
     host_tree_layout,
+    node_depths,
     tree_layout,
 )
 from specdec.errors import DrafterError, VerifierError
 from specdec.plugins import Drafter, Verifier
+from specdec.rng import RowGenerators
+from specdec.sampling import SamplingParams
 from specdec.target import TargetRunner
 from specdec.validation import prune_draft, validate_verdict
 
@@ -179,15 +183,14 @@ def test_validate_verdict_judges_a_chain_path() -> None:
 @pytest.mark.parametrize("batch", [1, 4])
 def test_ppd_steps_read_the_device_at_most_twice(controller, batch) -> None:
     """PPD's drafts carry host views of their nodes and prompt slots, its candidates stay on the device and its
-    observe reads the accepted paths from the engine's host copy: outside the verifier a step reads the device at
-    most twice (issue 20's budget). The exact verifier's tree path still reads to end its per-level loops early
-    (up to ~10 reads a step here; chains read nothing there)."""
+    observe reads the accepted paths from the engine's host copy, and the exact verifier runs its per-level loops
+    as many rounds as the tree is deep: a step reads the device at most twice (issue 20's budget; before, up to
+    ~10 reads a step here, most of them the verifier's)."""
     from test_host_reads import PROMPTS
 
     target = tiny_model("llama")
     options = {"random_init": True, "tree_size": 12}
-    per_step, where, out = reads_per_step(target, PROMPTS[:batch], "ppd", options, controller, 16,
-                                          count_verifier=False)
+    per_step, where, out = reads_per_step(target, PROMPTS[:batch], "ppd", options, controller, 16)
     assert per_step and max(per_step) <= 2, f"reads per step: {per_step} at {dict(where)}"
     if not controller:  # the drafting path really ran (the controller may keep a random-init PPD plain)
         assert out.stats.drafted_tokens > 0
@@ -217,3 +220,38 @@ def test_ppd_drafts_say_their_index_data_on_the_host() -> None:
         counts = draft.extra.num_slots.tolist()
         assert draft.extra.host.num_slots == counts
         assert draft.extra.host.parents == [row[:n] for row, n in zip(draft.extra.parents.tolist(), counts)]
+
+
+@st.composite
+def scored_trees(draw: st.DrawFn) -> tuple[Draft, torch.Tensor]:
+    """Random trees (duplicate siblings included: few distinct tokens) with logits that accept some paths."""
+    batch = draw(st.integers(1, 3))
+    rows = []
+    for _ in range(batch):
+        count = draw(st.integers(0, 9))
+        parents = [draw(st.integers(-1, i - 1)) for i in range(count)]
+        tokens = [draw(st.integers(0, 3)) for _ in range(count)]
+        rows.append((tokens, parents))
+    draft = Draft.from_rows(rows)
+    choice = torch.tensor([[draw(st.integers(0, 3)) for _ in range(1 + draft.width)] for _ in range(batch)])
+    logits = torch.nn.functional.one_hot(choice, 8).float()
+    return draft, logits
+
+
+@settings(max_examples=200, deadline=None)
+@given(scored_trees())
+def test_the_exact_verifier_reads_nothing_on_trees_with_a_host_view(case) -> None:
+    """Its per-level loops run as many rounds as the host view says the tree is deep: the verdict is the one the
+    loops that stop when nothing changes give (the draft without a host view), and nothing is read back."""
+    draft, logits = case
+    sampling = SamplingParams(temperature=0.0)
+    generator = RowGenerators.seeded([0] * draft.batch_size)
+    with counting_host_reads() as reads:
+        verdict = ExactVerifier().verify(draft, logits, sampling, generator)
+    unviewed = Draft(draft.tokens, draft.parents, draft.num_nodes)
+    reference = ExactVerifier().verify(unviewed, logits, sampling, generator)
+    assert sum(reads.values()) == 0, dict(reads)
+    assert torch.equal(verdict.num_accepted, reference.num_accepted)
+    assert torch.equal(verdict.accepted, reference.accepted) and torch.equal(verdict.bonus, reference.bonus)
+    deepest = int(node_depths(draft.parents, draft.node_mask()).max()) if draft.width else 0
+    assert draft.host.depth() == deepest

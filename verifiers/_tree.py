@@ -33,20 +33,24 @@ def child_table(parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return table[:, : width + 1]
 
 
-def canonical_nodes(tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def canonical_nodes(tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor, span: int | None = None,
+                    rounds: int | None = None) -> torch.Tensor:
     """[B, N]: for every node the smallest node index with the same token path from the root.
 
     Nodes with equal token paths have equal target distributions, so a verifier may treat them as
     one node of a token trie whose children are the union of the copies' children. Invalid nodes
-    map to themselves. One sort per tree level.
+    map to themselves. One sort per tree level. `span`: more than any valid token (the vocabulary's size) and
+    `rounds`: the tree's depth; given both, nothing is read back (else the largest token is read, and each level
+    reads whether anything changed).
     """
     batch, width = tokens.shape
     index = torch.arange(width, device=tokens.device).expand(batch, width)
     canon = index.clone()
     if width == 0:
         return canon
-    span = int(tokens[valid].max()) + 1 if bool(valid.any()) else 1
-    for _ in range(width):
+    if span is None:
+        span = int(tokens[valid].max()) + 1 if bool(valid.any()) else 1
+    for _ in range(width if rounds is None else rounds):
         canon_parent = torch.where(parents >= 0, canon.gather(1, parents.clamp(min=0)), -1)
         key = torch.where(valid, (canon_parent + 1) * span + tokens, -1 - index)  # invalid: unique keys
         order = torch.argsort(key * width + index, dim=1)  # by key, then by node index
@@ -55,7 +59,7 @@ def canonical_nodes(tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Te
         group_start[:, 1:] = sorted_key[:, 1:] != sorted_key[:, :-1]
         first = order.gather(1, torch.where(group_start, index, 0).cummax(dim=1).values)
         updated = torch.empty_like(canon).scatter_(1, order, first)
-        if torch.equal(updated, canon):
+        if rounds is None and torch.equal(updated, canon):
             break
         canon = updated
     return canon

@@ -27,19 +27,21 @@ def longest_accepted_path(
     with the highest `tie_score` [B, N] wins if given; otherwise (and among equal scores) the first.
 
     Returns (path [B, N] of node indices, -1 padded; path length [B]; deepest node [B], -1 = root).
-    One iteration per tree level, vectorised over rows and nodes.
+    One iteration per tree level, vectorised over rows and nodes: as many as the draft's host view says the tree
+    is deep (nothing read back), else until nothing changes.
     """
     valid = draft.node_mask()
     ok = node_ok & valid
     parents = torch.where(valid, draft.parents, -1)  # padding entries may hold anything
+    rounds = draft.host.depth() if draft.host is not None else None
     chain_ok = ok.clone()
-    for _ in range(draft.width):
+    for _ in range(draft.width if rounds is None else rounds):
         parent_ok = torch.where(parents >= 0, chain_ok.gather(1, parents.clamp(min=0)), True)
         updated = ok & parent_ok
-        if torch.equal(updated, chain_ok):
+        if rounds is None and torch.equal(updated, chain_ok):
             break
         chain_ok = updated
-    depths = node_depths(parents, valid)
+    depths = node_depths(parents, valid, rounds)
     scored = torch.where(chain_ok, depths, 0)
     length = scored.max(dim=1).values if draft.width else torch.zeros(draft.batch_size, dtype=torch.long)
     if draft.width and tie_score is not None:
@@ -50,7 +52,7 @@ def longest_accepted_path(
     else:
         deepest = torch.full((draft.batch_size,), -1, dtype=torch.long)
     deepest = torch.where(length > 0, deepest, -1)
-    return path_to(parents, deepest, length, draft.width), length, deepest
+    return path_to(parents, deepest, length, draft.width, rounds), length, deepest
 
 
 def _is_chain(draft: Draft, valid: torch.Tensor | None) -> bool:
@@ -96,7 +98,8 @@ class ExactVerifier(Verifier):
         # their copy's sample, or picking the copy whose sample happens to match would bias the output.
         valid = draft.node_mask() if valid is None else valid
         parents = torch.where(valid, draft.parents, -1)  # padding entries may hold anything
-        canon = canonical_nodes(draft.tokens, parents, valid)
+        rounds = draft.host.depth() if draft.host is not None else None
+        canon = canonical_nodes(draft.tokens, parents, valid, span=logits.shape[-1], rounds=rounds)
         choice = torch.cat([choice[:, :1], choice[:, 1:].gather(1, canon)], dim=1)
         choice_at_parent = choice.gather(1, parents + 1)
         path, length, deepest = longest_accepted_path(draft, draft.tokens == choice_at_parent)
