@@ -69,7 +69,7 @@ def validate_draft(
                     f"{getattr(scores, 'dtype', type(scores).__name__)} {tuple(getattr(scores, 'shape', ()))}")
     extra = draft.extra
     if extra is not None:
-        _check_extra_shapes(extra, drafter, batch, width)
+        _check_extra_shapes(extra, drafter, batch)
         if extra.host is None:  # read back once here (a drafter that knows them says so: `ExtraHost`)
             extra = ExtraSlots(extra.embeds, extra.parents, extra.num_slots, _read_extra_host(extra))
         _check_extra_host(extra, drafter, width)
@@ -153,14 +153,6 @@ class DraftCheck:
             return _float_problem(draft)
         return None
 
-    def size(self) -> int:
-        """How many values `parts` hold."""
-        draft = self.draft
-        extra = draft.extra
-        batch = draft.batch_size
-        return batch * (1 + 2 * draft.width) + (0 if extra is None else batch * (1 + extra.embeds.shape[1])) + (
-            self.flag is not None)
-
 
 def _float_problems(draft: Draft) -> torch.Tensor | None:
     """0-d bool on the draft's device: q is not a distribution at a real node, or device-only scores are not
@@ -198,7 +190,7 @@ def _read_extra_host(extra: ExtraSlots) -> ExtraHost:
     return ExtraHost(counts, [row[: max(0, min(n, slots))] for row, n in zip(extra.parents.tolist(), counts)])
 
 
-def _check_extra_shapes(extra: ExtraSlots, drafter: str, batch: int, width: int) -> None:
+def _check_extra_shapes(extra: ExtraSlots, drafter: str, batch: int) -> None:
     if extra.embeds.dim() != 3 or extra.embeds.shape[0] != batch:
         raise _fail(drafter, f"extra.embeds must be [B={batch}, E, hidden], got {tuple(extra.embeds.shape)}")
     slots = extra.embeds.shape[1]
