@@ -6,20 +6,17 @@ Cells: plain decoding, the smallest PPD tree drafting every step (no controller)
 controller, each with its own cost model warmed by one short call."""
 import sys
 import time
+from pathlib import Path
 
-import torch
-from specdec.benchmarks.datasets import PromptBuilder, load_dataset
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "variant_ab_s52"))
+from _prompts import default_pair_and_prompts  # noqa: E402  (stop 52's helper: the default pair, Spec-Bench's first turns)
 
 import specdec
-from specdec.costs import CostModel, device_key
-from specdec.target import context_length
+from specdec.costs import CostModel, device_key  # noqa: E402
 
-torch.set_num_threads(1)
-pair = specdec.load_default()
-builder = PromptBuilder(pair.tokenizer, context_length(pair.target), 128)
 category = sys.argv[1] if len(sys.argv) > 1 else "qa"
-prompts = [builder.encode([], s.turns[0])[0] for s in load_dataset("spec_bench", per_category=5)
-           if s.category == category]
+pair, first_turns = default_pair_and_prompts([category])
+prompts = [ids for _, ids in first_turns]
 tiny = {"schedule": "profile", "tree_size": 2, "num_prompts": 1, "num_ept": 1}
 cells = {"none": dict(drafter="none"), "tiny ppd": dict(drafter="ppd", drafter_options=tiny, controller=False),
          "ppd": dict(drafter="ppd"), "anpd": dict(drafter="anpd")}

@@ -3,19 +3,16 @@ on Spec-Bench's qa prompts (first turns, 128 new tokens, 3 rounds), with the eng
 Where the controller keeps ppd plain on every row-step (Spec-Bench, stops 51-53), its ratio to `none` is this."""
 import sys
 import time
+from pathlib import Path
 
-import torch
-from specdec.benchmarks.datasets import PromptBuilder, load_dataset
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "variant_ab_s52"))
+from _prompts import default_pair_and_prompts  # noqa: E402  (stop 52's helper: the default pair, Spec-Bench's first turns)
 
 import specdec
-from specdec.target import context_length
 
-torch.set_num_threads(1)
-pair = specdec.load_default()
-builder = PromptBuilder(pair.tokenizer, context_length(pair.target), 128)
 category = sys.argv[1] if len(sys.argv) > 1 else "qa"
-prompts = [builder.encode([], s.turns[0])[0] for s in load_dataset("spec_bench", per_category=5)
-           if s.category == category]
+pair, first_turns = default_pair_and_prompts([category])
+prompts = [ids for _, ids in first_turns]
 cells = {"none": dict(drafter="none"), "ppd": dict(drafter="ppd")}
 for options in cells.values():
     specdec.generate(pair.target, prompts[0], max_new_tokens=16, **options)
