@@ -54,18 +54,21 @@ class DraftHost:
     def parents_of(self, row: int) -> list[int]:
         return list(range(-1, self.sizes[row] - 1)) if self.parents is None else self.parents[row]
 
-    def depth(self) -> int:
-        """The deepest node over the rows (children of the root have depth 1): how many rounds a per-level loop over
-        the tree needs, known without reading the device."""
+    def row_depths(self) -> list[int]:
+        """Each row's deepest node (children of the root have depth 1), known without reading the device."""
         if self.parents is None:
-            return max(self.sizes, default=0)
-        deepest = 0
+            return list(self.sizes)
+        deepest = []
         for row in self.parents:
             depths: list[int] = []
             for parent in row:
                 depths.append(1 if parent < 0 else depths[parent] + 1)
-            deepest = max(deepest, *depths) if depths else deepest
+            deepest.append(max(depths, default=0))
         return deepest
+
+    def depth(self) -> int:
+        """The deepest node over the rows: how many rounds a per-level loop over the tree needs."""
+        return max(self.row_depths(), default=0)
 
     def narrowed(self, counts: list[int]) -> DraftHost:
         """The first counts[b] nodes of each row (a chain's or a breadth-first tree's prefix)."""

@@ -401,7 +401,7 @@ class SpeculativeEngine:
         check_verdict_shapes(verdict, draft, self.verifier.name)
         marks.mark("verdict")
         hindsight = cut is not None and any(spare is not None for spare in cut.spare)
-        outcome = self._read_back(draft, verdict, depths, draft_check, draft_before_cut if hindsight else None)
+        outcome = self._read_back(draft, verdict, draft_check, draft_before_cut if hindsight else None)
         t3 = time.perf_counter()
         c3 = clock() if clock else 0.0
 
@@ -488,12 +488,12 @@ class SpeculativeEngine:
         layout = host_tree_layout(rows, device) or tree_layout(torch.tensor(rows, dtype=torch.long, device=device))
         return VerifyInputs(tokens, extra, layout[0], layout[1], valid)
 
-    def _read_back(self, draft: Draft, verdict: Verdict, depths: torch.Tensor, draft_check: DraftCheck | None,
+    def _read_back(self, draft: Draft, verdict: Verdict, draft_check: DraftCheck | None,
                    proposed: Draft | None = None) -> StepOutcome:
         """The step's one read of device data, packed into one tensor: accepted counts, bonus tokens, accepted
-        nodes and their tokens, for trees each row's deepest node, the tokens of the uncut draft `proposed` (when
-        the controller learns in hindsight what it cut), and the values the draft's checks judge. Raises for an
-        invalid draft or verdict, judged on the host from these values, before anything is committed."""
+        nodes and their tokens, the tokens of the uncut draft `proposed` (when the controller learns in hindsight
+        what it cut), and the values the draft's checks judge. Raises for an invalid draft or verdict, judged on the
+        host from these values, before anything is committed."""
         batch, width = draft.batch_size, draft.width
         device = self.device
         columns = verdict.accepted.shape[1] if width else 0
@@ -503,9 +503,6 @@ class SpeculativeEngine:
         if columns:
             path = verdict.accepted.to(device, torch.long)
             parts += [path.reshape(-1), draft.tokens.gather(1, path.clamp(0, width - 1)).reshape(-1)]
-        tree = width and not draft.host.chain
-        if tree:
-            parts.append((depths[:, 1 : 1 + width] * draft.node_mask()).max(dim=1).values)
         if proposed is not None:
             parts.append(proposed.tokens.to(device, torch.long).reshape(-1))
         if draft_check is not None:
@@ -524,7 +521,6 @@ class SpeculativeEngine:
 
         paths = rows(columns, count_list)
         token_rows = rows(columns, count_list)
-        depth_list = rows(1) if tree else None
         proposed_rows = rows(proposed.width) if proposed is not None else None
         if draft_check is not None:
             problem = draft_check.problem(values[offset:])
@@ -533,8 +529,8 @@ class SpeculativeEngine:
         problem = verdict_problem(draft.host, width, count_list, bonus, paths, columns, self.vocab_size)
         if problem is not None:
             raise VerifierError(f"verifier {self.verifier.name!r} returned an invalid verdict: {problem}")
-        return StepOutcome(count_list, bonus, token_rows, paths if tree else None,
-                           [row[0] for row in depth_list] if depth_list is not None else list(draft.host.sizes),
+        tree = width and not draft.host.chain
+        return StepOutcome(count_list, bonus, token_rows, paths if tree else None, draft.host.row_depths(),
                            proposed_rows)
 
     def _prepare(self, state: DecodeState, stats: GenerationStats,

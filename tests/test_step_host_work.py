@@ -126,10 +126,9 @@ class _OneShot(Drafter):
         return self.make(state) if state.step == 1 else Draft.empty(state.batch_size)
 
 
-def _slots(parents: list[int], host_parents: list[int] | None = None, count: int | None = None) -> ExtraSlots:
-    count = len(parents) if count is None else count
+def _slots(parents: list[int], host_parents: list[int] | None = None) -> ExtraSlots:
     host = None if host_parents is None else ExtraHost([len(host_parents)], [host_parents])
-    return ExtraSlots(torch.zeros(1, len(parents), 64), torch.tensor([parents]), torch.tensor([count]), host)
+    return ExtraSlots(torch.zeros(1, len(parents), 64), torch.tensor([parents]), torch.tensor([len(parents)]), host)
 
 
 @pytest.mark.parametrize("extra, message", [

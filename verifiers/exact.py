@@ -20,20 +20,21 @@ from ._tree import canonical_nodes
 
 
 def longest_accepted_path(
-    draft: Draft, node_ok: torch.Tensor, tie_score: torch.Tensor | None = None
+    draft: Draft, node_ok: torch.Tensor, tie_score: torch.Tensor | None = None, rounds: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Given per-node acceptance `node_ok` [B, N] (a node is acceptable given its parent), find
     the deepest node whose whole ancestor chain is acceptable. Among equally deep nodes the one
     with the highest `tie_score` [B, N] wins if given; otherwise (and among equal scores) the first.
 
     Returns (path [B, N] of node indices, -1 padded; path length [B]; deepest node [B], -1 = root).
-    One iteration per tree level, vectorised over rows and nodes: as many as the draft's host view says the tree
-    is deep (nothing read back), else until nothing changes.
+    One iteration per tree level, vectorised over rows and nodes: `rounds` of them (the tree's depth; default: what
+    the draft's host view says, nothing read back), else, without a host view, until nothing changes.
     """
     valid = draft.node_mask()
     ok = node_ok & valid
     parents = torch.where(valid, draft.parents, -1)  # padding entries may hold anything
-    rounds = draft.host.depth() if draft.host is not None else None
+    if rounds is None and draft.host is not None:
+        rounds = draft.host.depth()
     chain_ok = ok.clone()
     for _ in range(draft.width if rounds is None else rounds):
         parent_ok = torch.where(parents >= 0, chain_ok.gather(1, parents.clamp(min=0)), True)
@@ -102,6 +103,6 @@ class ExactVerifier(Verifier):
         canon = canonical_nodes(draft.tokens, parents, valid, span=logits.shape[-1], rounds=rounds)
         choice = torch.cat([choice[:, :1], choice[:, 1:].gather(1, canon)], dim=1)
         choice_at_parent = choice.gather(1, parents + 1)
-        path, length, deepest = longest_accepted_path(draft, draft.tokens == choice_at_parent)
+        path, length, deepest = longest_accepted_path(draft, draft.tokens == choice_at_parent, rounds=rounds)
         bonus = choice.gather(1, (deepest + 1).unsqueeze(1)).squeeze(1)
         return Verdict(path, length, bonus)
