@@ -23,7 +23,11 @@ Three times per step:
   under `probe_share` of the row's time (the loss against what the row does instead: a plain step, or
   with drafter="auto" its best other drafter). A drafter's one-off `prepare` in a row (a draft model's
   prefill) is priced into its probe there, and into its first pick spread over the row's tokens left.
-  Rows that all stay plain form a quiet run: one plan and cut serve its steps, observed at its end;
+  Rows that all stay plain form a quiet run: one plan and cut serve its steps, observed at its end.
+  A drafter whose predictions ride in the forward as extra slots under the root (PPD's prompts) has none
+  after a plain step; a row alone that drafted with it stays *engaged* (`_slot_look`): it keeps the root
+  slots every step, so each step's draft is there for the cut to judge by its scores, until the slots'
+  steps have lost a plain step's worth at the table's prices (a request starts engaged);
 * `cut`, after drafting: a deterministic draft (q None) is cut to its best prefix in best-first order
   (scores when given, else node order; a prefix of that order is a connected subtree; extra slots
   follow their nodes). A sampled draft (q given) is only cut to the budget fixed before drafting, by node
@@ -112,6 +116,13 @@ MAX_REST = 16
 #: forgets (per looking step), and the longest rest the whole batch takes from it when the balance runs
 #: negative (`_judge_looks`).
 LOOK_BALANCE_DECAY = 0.8
+#: A row engaged with a slot drafter (`GoodputController._slot_look`) lets its slots go once its steps have lost,
+#: on balance, more than SLOT_LOOK_LOSS plain steps' worth of time; gains count up to SLOT_LOOK_CREDIT plain steps
+#: (an old burst buys no lasting credit, so a steady loss, however small, ends the run). Behind a short prompt on
+#: this CPU the slots cost ~4% of a step and an accepted token gains a whole one, so a row waits through 25-50
+#: rejections for the next burst; behind a 1000-token document they cost ~20%: 5-10 steps.
+SLOT_LOOK_LOSS = 1.0
+SLOT_LOOK_CREDIT = 1.0
 MAX_BATCH_REST = 32
 #: Probes of a costly drafter that failed in a row (the row stayed plain) before its probes come twice as
 #: rarely (`_probe_discount`, up to `ControllerOptions.max_probe_discount` times).
@@ -179,6 +190,7 @@ class _Items:
     lag: float = 0.0  # tokens committed since the drafter last drafted this row (its catch-up)
     prepare: float = 0.0  # tokens the drafter's one-off `prepare` feeds first (not asked in this row yet)
     left: float = 0.0  # tokens the row may still commit (what a prepare is spread over)
+    sunk: int = 0  # inputs the row adds whatever it keeps (a slot look's root slots, `_SlotLook`)
 
 
 class LiveBatch(NamedTuple):
@@ -246,6 +258,7 @@ class Cut:
     # hindsight (verifiers that accept the target's choice): per row the nodes cut away, or None
     spare: list[Spare | None] = field(default_factory=list)
     by_score: list[bool] = field(default_factory=list)  # rows whose readings are `RowAcceptance.by_score`'s
+    widths: list[int] = field(default_factory=list)  # inputs each row puts in the forward (its root included)
 
 
 @dataclass
@@ -256,6 +269,17 @@ class Spare:
     nodes: list[int]
     up: list[int]
     readings: list[tuple[int | None, float]]
+
+
+@dataclass
+class _SlotLook:
+    """A row that keeps its drafter's root slots in every step (`GoodputController._slot_look`), so that it has
+    this step's predictions to judge: the decayed balance (seconds, priced) of what its steps gained over plain
+    ones, how many it has taken and the draft tokens they accepted."""
+
+    balance: float = 0.0
+    looks: int = 0
+    accepted: int = 0
 
 
 @dataclass
@@ -280,6 +304,7 @@ class _Row:
     prepared: set[str] = field(default_factory=set)  # drafters asked to draft here already (prepare done)
     right: set[str] = field(default_factory=set)  # drafters with a draft token accepted in this row
     probed: str | None = None  # a costly drafter probed at the last plan, whose outcome the next plan judges
+    looking: dict[str, _SlotLook] = field(default_factory=dict)  # a slot drafter kept engaged (`_slot_look`)
     pace: float = 1.0  # recent tokens committed per step (static batches weigh rows by steps left)
     quiet: int = 0  # steps left in which the row decodes plainly without being priced again
     quiet_reason: str = "expected rate below plain decoding"
@@ -387,7 +412,8 @@ class GoodputController:
         kept = [min(r.forced, len(r.probs)) for r in rows]
         tokens = (sum(r.weight for r in rows) if base is None else base) + sum(
             r.weight * sum(r.probs[:k]) for r, k in zip(rows, kept))
-        widths = [1 + (r.base + sum(r.sizes[:k]) if k else 0) for r, k in zip(rows, kept)]
+        widths = [1 + r.sunk + (r.base + sum(r.sizes[:k]) if k else 0) for r, k in zip(rows, kept)]
+        sunk = sum(r.sunk for r in rows)  # inputs in the forward whatever is kept (`_Items.sunk`)
         levels: dict[str, int] = {}
         nodes: dict[str, int] = {}
         for r, k in zip(rows, kept):
@@ -418,7 +444,7 @@ class GoodputController:
 
         charged = sum(charge(i, j) for i, k in enumerate(kept) for j in range(k))
         # Every input count the search can reach, priced in one call (index: inputs - batch).
-        full = [1 + r.base + sum(r.sizes) if r.probs else w for r, w in zip(rows, widths)]
+        full = [1 + r.sunk + r.base + sum(r.sizes) if r.probs else w for r, w in zip(rows, widths)]
         most = sum(full) if packed else batch * max(full)
         verify = table.verify_from(batch, batch, most - batch + 1, packed, context)
         total, widest = sum(widths), max(widths)
@@ -432,7 +458,7 @@ class GoodputController:
         def seconds() -> float:
             draft = draft_seconds if draft_seconds is not None else sum(drafting.values()) + charged
             return (draft + verify[(total if packed else batch * widest) - batch]
-                    + (overhead if total > batch else plain_overhead))
+                    + (overhead if total > batch + sunk else plain_overhead))
 
         best_rate = tokens / max(seconds(), 1e-12)
         best_kept = list(kept)
@@ -480,20 +506,20 @@ class GoodputController:
         search's heap, bounds and per-drafter pricing took ~48 us a drafted step in Python against ~18 us here (2%
         of a small model's 1.5 ms step: anpd on the second model pair)."""
         probs, sizes, weight = items.probs, items.sizes, items.weight
-        verify = self.table.verify_from(1, 1, 1 + items.base + sum(sizes), self.packed, items.context)
+        verify = self.table.verify_from(1, 1, 1 + items.sunk + items.base + sum(sizes), self.packed, items.context)
         plain_overhead, overhead = self._overhead(False), self._overhead()
 
-        def rate(tokens: float, width: int) -> float:
-            return tokens / max(draft_seconds + verify[width - 1] + (overhead if width > 1 else plain_overhead), 1e-12)
+        def rate(tokens: float, width: int, kept: int) -> float:
+            return tokens / max(draft_seconds + verify[width - 1] + (overhead if kept else plain_overhead), 1e-12)
 
         kept = min(items.forced, len(probs))
         tokens = weight + weight * sum(probs[:kept])
-        width = 1 + (items.base + sum(sizes[:kept]) if kept else 0)
-        best_rate, best = rate(tokens, width), kept
+        width = 1 + items.sunk + (items.base + sum(sizes[:kept]) if kept else 0)
+        best_rate, best = rate(tokens, width, kept), kept
         for k in range(kept, len(probs)):
             tokens += weight * probs[k]
             width += sizes[k] + (items.base if k == 0 else 0)
-            current = rate(tokens, width)
+            current = rate(tokens, width, k + 1)
             if current > best_rate:
                 best_rate, best = current, k + 1
         return best
@@ -647,6 +673,58 @@ class GoodputController:
         """A cheap drafter's budget: all it has offered so far and more (never throttled to its guesses)."""
         return min(cap, max(FREE_NODES, row.largest.get(name, 0) + 2))
 
+    def _slot_look(self, batch: int) -> bool:
+        """Whether a row whose drafter hangs slots under the root (PPD's prompts) may stay engaged after drafting:
+        keep the slots every step, so that each step's draft is there to be judged by its scores, and verify its
+        nodes only where they pay. A drafter that puts its predictions in the forward has none after a plain step:
+        re-engaging takes a slots-only step first, and its acceptance comes in bursts (on qa answers PPD's one
+        candidate was accepted in runs, about every ten steps), so planned by its estimates it went plain after a
+        few rejections and missed the runs: plain on 99% of qa steps where drafting every step ran 1.17x.
+        The slots' own price is judged as the row goes (`_judge_slot_look`). With one drafter, for rows priced
+        alone (batch 1, frozen rows); drafter="auto" and live batches keep their pricing by position."""
+        return len(self.order) == 1 and self._frozen_rows(batch)
+
+    def _engages(self, row: _Row, cap: int, context: float | None, batch: int) -> bool:
+        """Whether a new row starts engaged with its slot drafter: where a draft of it is expected to pay for the
+        slots at the row's context (its first nodes at the pooled estimates, the slots at the table's prices). Behind
+        a 1000-token document on this CPU they cost ~20% of a step, and starting engaged there spent ~1.5 steps a
+        request before the looks were let go."""
+        name = self.order[0]
+        if not row.root_extras[name] or not self._slot_look(batch):
+            return False
+        rates = self._prefix_rates(self._position_items(row, name, cap, context, explore=False))
+        return max(rates[1:], default=0.0) > rates[0]
+
+    def _judge_slot_look(self, row: _Row, name: str, width: int, verified: int, accepted: int,
+                         context: float | None) -> None:
+        """An engaged row's step, judged at the cost table's prices (so frozen rows judge alike in any run): the
+        tokens it committed at a plain step's price, less what the step cost (its inputs, overhead and draft), into
+        a balance of at most SLOT_LOOK_CREDIT plain steps. Once the balance has lost SLOT_LOOK_LOSS plain steps the
+        row lets its slots go (`_end_look`): behind a long document (summarization, RAG) the slots cost more than the
+        rare accepted token brings."""
+        run = row.looking[name]
+        table = self.table
+        plain = table.verify(1, 1, self.packed, context) + self._overhead(False)
+        spent = (table.verify(1, width, self.packed, context) + self._overhead(verified > 0)
+                 + (table.draft_mean(name) or 0.0))
+        run.balance = min(SLOT_LOOK_CREDIT * plain, run.balance + (1 + accepted) * plain - spent)
+        run.looks += 1
+        run.accepted += accepted
+        if run.balance < -SLOT_LOOK_LOSS * plain:
+            self._end_look(row, name, judged=True)
+
+    def _end_look(self, row: _Row, name: str, judged: bool) -> None:
+        """The row lets its slots go (`judged`: its looks did not pay): it decodes plainly until its next probe,
+        which waits twice as long as the last, and is priced by position again after it. The looks count as a probe
+        that paid when any of their tokens was accepted."""
+        run = row.looking.pop(name)
+        if judged:
+            self._judge_probe(name, paid=run.accepted > 0)
+            row.since[name] = 0
+            row.interval[name] = min(self.options.max_probe_interval, 2 * row.interval[name])
+            row.quiet = min(QUIET_STEPS, row.interval[name]) - 1
+            row.quiet_reason = "slots' steps did not pay"
+
     def plan(self, row_ids: Sequence[int], max_depth: Sequence[int], max_nodes: int,
              waiting: Waiting = True, contexts: Sequence[float] | None = None) -> Plan:
         """Per row: the drafter (or none) and how many nodes it may draft, from the estimates by position.
@@ -683,12 +761,26 @@ class GoodputController:
         if batch_resting:
             self._batch_rest -= 1
         for row_id, depth, context in zip(row_ids, max_depth, row_contexts):
+            fresh = row_id not in self.rows
             row = self._row(row_id, context)
             cap = max(0, min(cap_all, int(depth)))
+            if fresh and cap > 0 and self._engages(row, cap, context, len(row_ids)):
+                row.looking[self.order[0]] = _SlotLook()  # a request starts engaged (`_slot_look`)
             pending, row.pending = row.pending, None
             look.append(None)
             look_budget.append(0)
             rate.append(0.0)
+            if row.looking:
+                name = self.order[0]
+                if cap > 0 and self._slot_look(len(row_ids)):  # engaged: the cut sees this step's scores
+                    row.member = name
+                    choice.append(name)
+                    budgets.append(self._free_budget(row, name, cap))
+                    forced.append(0)
+                    free.append(False)
+                    items_per_row.append(None)
+                    continue
+                self._end_look(row, name, judged=False)
             cheap = self._free_lookers(row, cheap_names) if cap > 0 else []
             resting = [n for n in cheap if row.rest.get(n, 0) > 0]
             for name in resting:
@@ -1038,6 +1130,7 @@ class GoodputController:
         items_rows: list[_Items] = []
         ups: list[list[int] | None] = []
         by_score = [False] * batch
+        looking = [False] * batch
         root_extras: list[int] = []
         node_extras: list[float] = []
         for b in range(batch):
@@ -1076,8 +1169,10 @@ class GoodputController:
             if member.stochastic:
                 probs = probs[:forced]
             weight = plan.weights[b] if plan.weights else 1.0
-            items_rows.append(_Items(probs, [1 + per_node[i] for i in order], root, forced, name, weight,
-                                     plan.contexts[b] if plan.contexts else None))
+            looking[b] = name in row.looking  # its root slots stay whatever is kept
+            items_rows.append(_Items(probs, [1 + per_node[i] for i in order], 0 if looking[b] else root, forced, name,
+                                     weight, plan.contexts[b] if plan.contexts else None,
+                                     sunk=root if looking[b] else 0))
         if not any(items.probs for items in items_rows):
             kept = [0] * batch  # nothing proposed: a plain step (or a drafter's first, slots-only step)
         elif self._frozen_rows(batch):
@@ -1088,6 +1183,7 @@ class GoodputController:
         expected = [1.0 + sum(items.probs[:k]) for items, k in zip(items_rows, kept)]
         keep = [[False] * width for _ in range(batch)]
         engaged = [False] * batch
+        widths: list[int] = []
         kept_counts: list[int] = []
         spares: list[Spare | None] = [None] * batch
         for b in range(batch):
@@ -1096,8 +1192,9 @@ class GoodputController:
             if self.hindsight and k < len(orders[b]) and up is not None and reading is not None \
                     and not self.members[plan.choice[b]].stochastic:  # type: ignore[index]
                 spares[b] = Spare(orders[b][k:], up[k:], reading[k:])
-            if plan.choice[b] is not None and plan.budget[b] > 0 and (k > 0 or counts[b] == 0):
-                engaged[b] = True  # a row drafting nothing yet (PPD's first step) keeps its root slots
+            if plan.choice[b] is not None and plan.budget[b] > 0 and (k > 0 or counts[b] == 0 or looking[b]):
+                engaged[b] = True  # a row drafting nothing yet (PPD's first step) or looking keeps its root slots
+            widths.append(1 + (root_extras[b] if engaged[b] else 0) + sum(items_rows[b].sizes[:k]))
             for node in orders[b][:k]:
                 keep[b][node] = True
             orders[b] = orders[b][:k]
@@ -1121,7 +1218,7 @@ class GoodputController:
                 rank = {node: i for i, node in enumerate(sorted(orders[b]))}
                 orders[b] = [rank[node] for node in orders[b]]
         return cut_draft, Cut(orders, ups, counts, root_extras, node_extras, engaged, expected, readings=readings,
-                              spare=spares, by_score=by_score)
+                              spare=spares, by_score=by_score, widths=widths)
 
     def _reads_by_score(self, row: _Row, name: str, explore: bool) -> bool:
         """Whether the row's draft of `name` is read by its scores' values (`RowAcceptance.by_score`): with
@@ -1129,8 +1226,9 @@ class GoodputController:
         anpd, where it was measured). A drafter whose look costs its prompt slots (PPD) goes plain when its
         estimates fall and is then judged no more, so its bins would stay at their prior; it keeps the reading
         against its positions (on qa and math prompts PPD either drafts on ~97% of row steps or stays plain on
-        ~99%, from one process to the next, read either way)."""
-        return self.hindsight and not explore and row.root_extras.get(name, 0.0) == 0
+        ~99%, from one process to the next, read either way), except in a row engaged with it (`_slot_look`),
+        where every step's proposal is judged as a free drafter's is."""
+        return self.hindsight and not explore and (row.root_extras.get(name, 0.0) == 0 or name in row.looking)
 
     def _rank(self, b: int, name: str, n: int, parents: list[int], scores: list[float] | None, scored: bool,
               observe: bool = False, explore: bool = False, by_score: bool = False
@@ -1348,6 +1446,11 @@ class GoodputController:
                 if name in plan.cheap and (proposed or (self.live and batch > 1)):
                     self._count_look(row, name, fruitful=not drafted_nothing)
             explored = name not in plan.cheap  # its estimates are read with explore (`_position_items`)
+            was_looking = name is not None and name in row.looking
+            if was_looking:
+                context = plan.contexts[b] if len(plan.contexts) == batch else None
+                self._judge_slot_look(row, name, cut.widths[b] if cut.widths else 1, len(cut.order[b]), counts[b],
+                                      context)
             if name is None or not cut.order[b]:
                 if judged is not None:
                     self._learn_verdict(row, cast(str, name), *judged, explored, bool(cut.by_score and cut.by_score[b]))
@@ -1382,10 +1485,14 @@ class GoodputController:
                                                          reading or [], spare, targets[b], proposal[b])  # type: ignore[index]
             self._learn_verdict(row, name, up, accepted, reading, known, explored, bool(cut.by_score and cut.by_score[b]))
             row.since[name] = 0
-            if not plan.probe[b]:  # in use on its own merits: waits between probes start short again
+            if not plan.probe[b] and not was_looking:  # in use on its own merits: probes' waits start short again
                 row.interval[name] = self.options.probe_after
             row.root_extras[name] = float(cut.root_extras[b])
             row.node_extras[name] = 0.7 * row.node_extras[name] + 0.3 * cut.node_extras[b]
+            if cut.root_extras[b] and cut.engaged[b] and not was_looking and self._slot_look(batch):
+                row.looking[name] = _SlotLook()  # drafted with its slots: stays engaged while that pays
+                row.probed = None  # (judged when the looks end)
+                row.quiet = 0
             if self.live:  # frozen rows learn from their own history only
                 self.pooled_extras[name] = (row.root_extras[name], row.node_extras[name])
         return counts

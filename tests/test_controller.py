@@ -23,12 +23,14 @@ from specdec.controller import (
     LEARN_EVERY,
     PROBE_STREAK,
     QUIET_SAMPLE,
+    SLOT_LOOK_LOSS,
     ControllerOptions,
     GoodputController,
     LiveBatch,
     Member,
     Plan,
     _Items,
+    _SlotLook,
     lane_ends,
     row_weights,
 )
@@ -1360,3 +1362,95 @@ def test_a_drafter_whose_probes_keep_failing_is_probed_more_rarely_across_calls(
     assert later.streaks["d"] == len(probes)
     later._judge_probe("d", paid=True)
     assert later.streaks["d"] == 0 and later._probe_discount("d") == 1
+
+
+# A flat curve (extra inputs nearly free: a short prompt on this CPU) and a rising one (each input +1 ms).
+FLAT = (0.010, 0.0101, 0.0102, 0.0103, 0.0104, 0.011, 0.012, 0.014)
+RISING = (0.010, 0.011, 0.012, 0.014, 0.018, 0.026, 0.042, 0.074)
+
+
+def slot_model(curve) -> CostModel:
+    """Costs of a drafter known (from earlier calls) to hang one prompt slot under the root and one per node."""
+    model = synthetic(curve=curve)
+    model.live.extras["d"] = (1.0, 1.0)
+    return model
+
+
+def slot_draft(score: float = 0.5) -> Draft:
+    """PPD's smallest draft: one candidate with a prompt slot under it, and one slot under the root."""
+    extra = ExtraSlots(torch.zeros(1, 2, 4), torch.tensor([[-1, 0]]), torch.tensor([2]))
+    return Draft(torch.tensor([[7]]), torch.tensor([[-1]]), torch.tensor([1]), None, extra, torch.tensor([[score]]))
+
+
+def slot_step(ctl: GoodputController, accepted: int) -> tuple[Plan, Draft]:
+    """One step of a lone row drafting with slots when planned to (its candidate accepted `accepted` times)."""
+    plan = ctl.plan([0], [100], 64)
+    proposal = slot_draft() if plan.budget[0] else Draft.empty(1)
+    draft, cut = ctl.cut(proposal, plan, 0.0)
+    kept = int(draft.num_nodes[0])
+    ctl.observe(plan, cut, verdict([min(accepted, kept)], draft.width), {})
+    return plan, draft
+
+
+def test_a_row_with_prompt_slots_starts_engaged_and_stays_while_its_bursts_pay():
+    """A drafter whose predictions ride in the forward (PPD) has none after a plain step, so a row that went plain
+    after a few rejections missed the bursts of accepted tokens that follow. A request starts engaged and keeps its
+    root slots every step while they pay at the table's prices: behind a short prompt (slots nearly free) one
+    accepted token in ten keeps it drafting."""
+    ctl = controller(slot_model(FLAT))
+    drafted = 0
+    for index in range(120):
+        plan, draft = slot_step(ctl, accepted=int(index % 10 == 9))
+        assert plan.budget[0] > 0 and int(draft.extra.num_slots[0]) >= 1  # engaged every step
+        drafted += int(draft.num_nodes[0])
+        assert "d" in ctl.rows[0].looking
+    assert drafted > 100
+
+
+def test_a_row_whose_slots_cost_more_than_they_bring_lets_them_go():
+    """Where each slot costs a millisecond (behind a long document) and nothing is accepted, the row lets its slots
+    go once its steps have lost a plain step's worth on balance, then decodes plainly without them (a failed
+    probe: the next ones come rarer)."""
+    ctl = controller(slot_model(RISING))
+    plain_price = ctl.table.verify(1, 1) + ctl._overhead(False)
+    engaged = 0
+    while True:
+        slot_step(ctl, accepted=0)
+        engaged += 1
+        if "d" not in ctl.rows[0].looking:
+            break
+        assert engaged < 12
+    # each engaged step lost at least what its root slot costs: the loss allowed is spent within that many steps
+    least_loss = ctl.table.verify(1, 2) - ctl.table.verify(1, 1)
+    assert engaged <= SLOT_LOOK_LOSS * plain_price / least_loss + 1
+    assert ctl.streaks["d"] == 1
+    plan, draft = slot_step(ctl, accepted=0)
+    assert plan.budget == [0] and draft.extra is None  # plain, its slots dropped
+
+
+def test_an_engaged_row_keeps_its_root_slots_when_its_candidates_are_cut():
+    """While engaged, a candidate that does not pay for its inputs is cut but the root slots stay (the next
+    step's predictions); a row not engaged that keeps no node drops them."""
+    ctl = controller(synthetic(curve=RISING))
+    plan = ctl.plan([0], [100], 64)
+    row = ctl.rows[0]
+    for _ in range(10):
+        row.estimates["d"].observe([-1], [False])
+    row.looking["d"] = _SlotLook()
+    plan.choice, plan.budget = ["d"], [16]
+    cut_draft, cut = ctl.cut(slot_draft(), plan, 0.0)
+    assert cut_draft.width == 0 and cut_draft.extra.num_slots.tolist() == [1] and cut.engaged == [True]
+    assert cut.widths == [2]
+    del row.looking["d"]
+    cut_draft, cut = ctl.cut(slot_draft(), plan, 0.0)
+    assert cut_draft.width == 0 and cut_draft.extra.num_slots.tolist() == [0] and cut.engaged == [False]
+
+
+def test_rows_in_a_live_batch_and_auto_members_are_not_held_engaged():
+    """Engaged rows are priced alone; a live batch (priced jointly) and drafter="auto" (which weighs its members
+    by position) keep the pricing they had."""
+    model = slot_model(FLAT)
+    assert controller(model)._slot_look(1)
+    assert not controller(model)._slot_look(2)
+    assert controller(model, live=False)._slot_look(4)  # frozen rows are priced alone
+    assert not controller(model, members=(Member("d", False), Member("e", False)))._slot_look(1)

@@ -18,7 +18,7 @@ from specdec.drafters.ppd.draft_model import (
     PPDDraftModelOptions,
     size_inner_loop,
 )
-from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions
+from specdec.drafters.ppd.drafter import GOODPUT_TREE_SIZE, PPDDrafter, PPDOptions
 from specdec.drafters.ppd.prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
 from specdec.drafters.ppd.trees import (
     build_dynamic_trees,
@@ -500,11 +500,15 @@ def test_goodput_choice_of_the_profile_sets_prompts_and_ensemble_width(tmp_path)
                  {"best_size": 8, "best_num_prompts": 3, "goodput": dict(choice, num_prompts=2, num_ept=2)})
     prompt = [1, 2, 3]
     expected = hf_greedy(model, prompt, 6)
-    cases = [({}, (2, 2)), ({"num_ept": 4}, (2, 4)), ({"num_prompts": 1}, (1, 2)), ({"schedule": "profile"}, (3, 4))]
-    for options, (m, ept) in cases:
+    # Under the goodput schedule the tree is the profile's size for the prompt count used (the controller cuts it),
+    # GOODPUT_TREE_SIZE where the profile has no curve for that count.
+    cases = [({}, (2, 2), GOODPUT_TREE_SIZE), ({"num_ept": 4}, (2, 4), GOODPUT_TREE_SIZE),
+             ({"num_prompts": 1}, (1, 2), GOODPUT_TREE_SIZE), ({"num_prompts": 3}, (3, 2), 8),
+             ({"schedule": "profile"}, (3, 4), 8)]
+    for options, (m, ept), size in cases:
         drafter = PPDDrafter(PPDOptions(checkpoint=str(path), **options))
         out = specdec.generate(model, prompt, drafter=drafter, max_new_tokens=6)
-        assert (drafter.num_prompts, drafter._num_ept) == (m, ept), options
+        assert (drafter.num_prompts, drafter._num_ept, drafter.tree_size) == (m, ept, size), options
         assert out.sequences[0] == expected
     drafter = PPDDrafter(PPDOptions(checkpoint=str(path)))
     specdec.generate(model, prompt, drafter=drafter, max_new_tokens=6, controller=False)
@@ -673,3 +677,45 @@ def test_ppd_draft_model_default_draft_loads_only_the_draft(monkeypatch) -> None
     draft = _resolve_draft("default")
     assert draft is _resolve_draft("default") and draft.config.num_hidden_layers == 2
     assert next(draft.parameters()).dtype == torch.float32 and not draft.training
+
+
+class _ScoredPPD(PPDDrafter):
+    """Records each draft with its candidates' tokens and host scores, and the predictions it was made from."""
+
+    def __init__(self, options) -> None:
+        super().__init__(PPDOptions(**options))
+        self.drafts: list[tuple[torch.Tensor, list[int], list[float], list[int]]] = []
+
+    def propose(self, state):
+        row = state.row_ids[0]
+        prediction = self._predictions.get(row)
+        draft = super().propose(state)
+        if prediction is not None and draft.host.sizes[0]:
+            n = draft.host.sizes[0]
+            self.drafts.append((prediction.clone(), draft.tokens[0, :n].tolist(), draft.host.scores[0],
+                                draft.host.parents_of(0)))
+        return draft
+
+
+def test_goodput_drafts_are_scored_by_this_steps_predicted_probabilities() -> None:
+    """Under the goodput schedule a candidate's score is the probability its prompt predictions give its path
+    (the product over its tokens), so the controller's cut sees this step's confidence, not a fixed prior."""
+    model = tiny_model("llama", seed=5)
+    drafter = _ScoredPPD({"random_init": True, "num_prompts": 2, "tree_size": 12})
+    specdec.generate(model, _prompts(2)[1], drafter=drafter, verifier="exact", max_new_tokens=24)
+    assert drafter.goodput and drafter.drafts
+    for prediction, tokens, scores, parents in drafter.drafts:
+        probs = torch.softmax(prediction, dim=-1)
+        expected: list[float] = []
+        for node, (token, parent) in enumerate(zip(tokens, parents)):
+            row = _depth(parents, node) - 1  # the prediction of the node's depth
+            expected.append(float(probs[row, token]) * (expected[parent] if parent >= 0 else 1.0))
+        assert scores == pytest.approx(expected, rel=1e-5)
+
+
+def _depth(parents: list[int], node: int) -> int:
+    """Depth of `node` below the root (a child of the root: 1)."""
+    depth = 1
+    while parents[node] >= 0:
+        node, depth = parents[node], depth + 1
+    return depth

@@ -32,7 +32,7 @@ from .prompts import PPDCheckpointError, PromptCheckpoint, random_checkpoint
 from .trees import TreeSet, build_dynamic_trees, build_static_tree, prior_accuracies
 
 DEFAULT_TREE_SIZE = 32  # used (with a warning) when no profile exists for the current device
-GOODPUT_TREE_SIZE = 32  # schedule="goodput": the controller cuts this tree at its best-scored nodes
+GOODPUT_TREE_SIZE = 32  # schedule="goodput" without a profile for the device: the controller cuts this tree
 
 
 class PPDOptions(BaseModel):
@@ -53,8 +53,8 @@ class PPDOptions(BaseModel):
     tree: Literal["dynamic", "static"] = Field("dynamic", description="dynamic sparse tree per state, or "
                                                "the naive tree (every candidate gets m prompts)")
     tree_size: int | None = Field(None, ge=2, le=1024, description="candidates + prompts per step; None = "
-                                  f"{GOODPUT_TREE_SIZE} under the goodput schedule, else the hardware profile "
-                                  "for this device")
+                                  "the hardware profile's size for this device (under the goodput schedule "
+                                  f"{GOODPUT_TREE_SIZE} without one: the controller cuts it)")
     schedule: Literal["goodput", "profile"] = Field(
         "goodput", description="goodput: the core controller keeps each step's best-scored candidates (by "
                                "measured step cost and acceptance; none = a plain step); profile: the whole tree "
@@ -113,6 +113,7 @@ class _StateLayout:
     def __init__(self, layout: dict[str, list[int]], scores: list[float]) -> None:
         self.cand_depth = torch.tensor(layout["cand_depth"], dtype=torch.long)
         self.cand_rank = torch.tensor(layout["cand_rank"], dtype=torch.long)
+        self.depths, self.ranks = list(layout["cand_depth"]), list(layout["cand_rank"])
         self.num_nodes = len(layout["cand_depth"])
         self.num_slots = len(layout["embed_row"])
         self.parents = list(layout["cand_parent"])
@@ -121,6 +122,14 @@ class _StateLayout:
         self.slot_parent = list(layout["parent_slot"])  # -1: the slot hangs from its anchor
         self.slot_anchor = list(layout["anchor_node"])
         self.embed_rows = list(layout["embed_row"])  # rows of the prompt table
+
+    def confidences(self, probs: list[list[float]]) -> list[float]:
+        """Each candidate's score from this step's predictions: the product of its path's predicted probabilities
+        (`probs[depth][rank]`), parents before children."""
+        scores: list[float] = []
+        for depth, rank, parent in zip(self.depths, self.ranks, self.parents):
+            scores.append(probs[depth][rank] * (scores[parent] if parent >= 0 else 1.0))
+        return scores
 
     def slot_parents(self, width: int) -> list[int]:
         """Each slot's parent in the combined numbering of a draft `width` nodes wide."""
@@ -163,6 +172,9 @@ class PPDDrafter(Drafter):
         self._layouts: dict[int, _StateLayout] = {}
         self._table: torch.Tensor | None = None  # [m * n_ept, hidden], the model's dtype and device
         self._predictions: dict[int, torch.Tensor] = {}  # row id -> [d, V] float logits
+        # Under the goodput schedule, each row's predictions read once after the step that made them: row id ->
+        # (top-k token ids [d, K] on the device, their probabilities [d][K] on the host).
+        self._tops: dict[int, tuple[torch.Tensor, list[list[float]]]] = {}
         self._topk = 10
         self.goodput = False  # cut by the controller in this call (see setup)
         self._empty = _StateLayout({key: [] for key in ("cand_depth", "cand_rank", "cand_parent", "anchor_node",
@@ -205,36 +217,42 @@ class PPDDrafter(Drafter):
         choice = _read_profile(profile_file).get("devices", {}).get(device_key(device), {}).get("goodput")
         return (None, None) if choice is None else (int(choice["num_prompts"]), int(choice["num_ept"]))
 
-    def _choose_size(self, checkpoint_path: Path | None, device: torch.device, goodput: bool = False
-                     ) -> tuple[int, int | None]:
-        """(tree size, prompt count or None) from the options, else the controller's default size, else
-        this device's profile."""
+    def _choose_size(self, checkpoint_path: Path | None, device: torch.device, goodput: bool = False,
+                     num_prompts: int | None = None) -> tuple[int, int | None]:
+        """(tree size, prompt count or None) from the options, else this device's profile (for `num_prompts`
+        prompts when given), else a default: under the goodput schedule GOODPUT_TREE_SIZE, which the controller
+        cuts per step. With a profile the goodput schedule proposes its size too (on this CPU 2: one candidate
+        and its prompt; on an H100 32): every node proposed costs host time to lay out, rank and cut, and
+        proposing 32 where the cut kept 1-2 cost ~4% of a step here (`benchmarks/results/goodput/ppd_look_s54`)."""
         opts = self.options
         if opts.tree_size is not None:
             return opts.tree_size, None
-        if goodput:  # cut per step by the controller, from costs measured online
-            return GOODPUT_TREE_SIZE, None
         profile_file = Path(opts.profile) if opts.profile else (
             profile_path_for(checkpoint_path) if checkpoint_path is not None else None)
         key = device_key(device)
         if profile_file is None or not profile_file.is_file():
             if opts.profile:
                 raise DrafterError(f"ppd: profile {opts.profile!r} does not exist")
+            if goodput:  # cut per step by the controller, from costs measured online
+                return GOODPUT_TREE_SIZE, None
             warnings.warn(f"ppd: no hardware profile for this checkpoint; using tree size {DEFAULT_TREE_SIZE}. "
                           "Run `specdec profile --model ...` to size the tree for this device.", stacklevel=2)
             return DEFAULT_TREE_SIZE, None
         profile = _read_profile(profile_file)
         entry = profile.get("devices", {}).get(key)
+        if entry is None and goodput:
+            return GOODPUT_TREE_SIZE, None
         if entry is None:
             known = ", ".join(sorted(profile.get("devices", {}))) or "none"
             warnings.warn(f"ppd: {profile_file} has no profile for device {key!r} (profiled: {known}); not "
                           f"reusing another device's size, using tree size {DEFAULT_TREE_SIZE}. Run `specdec "
                           "profile` on this device.", stacklevel=2)
             return DEFAULT_TREE_SIZE, None
-        if opts.num_prompts is not None and opts.num_prompts != entry.get("best_num_prompts"):
-            curve = entry.get("curves", {}).get(str(opts.num_prompts))
+        wanted = opts.num_prompts or num_prompts
+        if wanted is not None and wanted != entry.get("best_num_prompts"):
+            curve = entry.get("curves", {}).get(str(wanted))
             if curve is None:
-                return DEFAULT_TREE_SIZE, None
+                return GOODPUT_TREE_SIZE if goodput else DEFAULT_TREE_SIZE, None
             ratios = [t / s for t, s in zip(curve["tau"], curve["latency_s"])]
             return int(curve["sizes"][ratios.index(max(ratios))]), None
         return int(entry["best_size"]), entry.get("best_num_prompts")
@@ -268,7 +286,7 @@ class PPDDrafter(Drafter):
         num_ept = self.options.num_ept or goodput_ept or checkpoint.num_ept
         if num_ept > checkpoint.num_ept:
             raise DrafterError(f"ppd: num_ept={num_ept} but the checkpoint has {checkpoint.num_ept} per prompt")
-        self.tree_size, profiled_m = self._choose_size(path, context.device, self.goodput)
+        self.tree_size, profiled_m = self._choose_size(path, context.device, self.goodput, goodput_m)
         m = self.options.num_prompts or goodput_m or profiled_m or checkpoint.num_prompts
         if m > checkpoint.num_prompts:
             raise DrafterError(f"ppd: num_prompts={m} but the checkpoint has {checkpoint.num_prompts} prompt tokens")
@@ -288,6 +306,7 @@ class PPDDrafter(Drafter):
         self._num_ept = num_ept
         self.num_prompts = m
         self._predictions = {}
+        self._tops = {}
 
     # -- the loop ------------------------------------------------------------------------------
     def propose(self, state: DecodeState) -> Draft:
@@ -308,7 +327,7 @@ class PPDDrafter(Drafter):
                 layout = self._layouts[depth]
             layouts.append(layout)
             if layout.num_nodes:  # candidates stay on the predictions' device (no read)
-                top = prediction.topk(self._topk, dim=-1).indices  # [d, K]
+                top = self._tops[row][0] if self.goodput else prediction.topk(self._topk, dim=-1).indices  # [d, K]
                 tokens_rows.append(top[layout.cand_depth.to(top.device), layout.cand_rank.to(top.device)])
             else:
                 tokens_rows.append(torch.zeros(0, dtype=torch.long, device=device))
@@ -327,14 +346,15 @@ class PPDDrafter(Drafter):
         embeds = self._table[rows_of_table]  # [B, E, hidden]
         sizes = [layout.num_nodes for layout in layouts]
         slot_counts = [layout.num_slots for layout in layouts]
-        scores = None
-        if self.goodput:
-            scores = torch.tensor([layout.scores + [0.0] * (width - layout.num_nodes) for layout in layouts],
+        scores = host_scores = None
+        if self.goodput:  # this step's confidence in each candidate, for the controller's cut
+            host_scores = [layout.confidences(self._tops[row][1]) if layout.num_nodes else []
+                           for row, layout in zip(state.row_ids, layouts)]
+            scores = torch.tensor([row + [0.0] * (width - len(row)) for row in host_scores],
                                   dtype=torch.float32).reshape(batch, width)
         # The index data on the host too, so the engine and the controller never read it back.
         chain = all(layout.chain for layout in layouts)
-        host = DraftHost(sizes, chain, None if chain else [layout.parents for layout in layouts],
-                         [layout.scores for layout in layouts] if self.goodput else None)
+        host = DraftHost(sizes, chain, None if chain else [layout.parents for layout in layouts], host_scores)
         extra = ExtraSlots(embeds, extra_parents, torch.tensor(slot_counts, dtype=torch.long), ExtraHost(slot_counts,
                                                                                                        slot_parents))
         return Draft(tokens, parents, torch.tensor(sizes, dtype=torch.long), None, extra, scores, host)
@@ -350,6 +370,7 @@ class PPDDrafter(Drafter):
         extra = draft.extra
         for row in state.row_ids:
             self._predictions.pop(row, None)
+            self._tops.pop(row, None)
         if extra is None or extra_logits is None:
             return
         width = draft.width
@@ -376,9 +397,28 @@ class PPDDrafter(Drafter):
                 self._predictions[row] = torch.stack([
                     extra_logits[b, torch.tensor(chosen, device=extra_logits.device)].float().mean(dim=0)
                     for chosen in groups])
+        if self.goodput:
+            self._read_tops([row for row in state.row_ids if row in self._predictions])
+
+    def _read_tops(self, rows: list[int]) -> None:
+        """Each row's top-k predictions and their probabilities, read back in one go: the scores the controller
+        cuts the next draft by are this step's confidence (the predicted probability of a candidate's tokens), not
+        the checkpoint's average accuracy by rank. Measured on Spec-Bench with the default model (one prompt
+        token), the top-1's accepted share rises from 8% where it is predicted below 0.2 to 52% above 0.8
+        (`benchmarks/results/goodput/ppd_look_s54`). The read is one small transfer a step after the verdict's."""
+        if not rows:
+            return
+        tops = [torch.softmax(self._predictions[row], dim=-1).topk(self._topk, dim=-1) for row in rows]
+        probs = torch.cat([top.values for top in tops]).tolist()  # rows may hold fewer predictions (pruned)
+        start = 0
+        for row, top in zip(rows, tops):
+            depth = top.values.shape[0]
+            self._tops[row] = (top.indices, probs[start:start + depth])
+            start += depth
 
     def finish(self) -> None:
         self._predictions = {}
+        self._tops = {}
 
 
 def _anchors_and_hops(parents: list[int], width: int) -> list[tuple[int, int]]:

@@ -23,6 +23,13 @@ import torch
 from specdec.costs import device_key  # one key per device for every measured cost
 from specdec.drafters.ppd.profile import load_profile
 
+#: What the goodput choice is timed on: this many Spec-Bench prompts per category, decoding this many tokens. At one
+#: prompt and 64 tokens (the answers' openings, where PPD's predictions are accepted least) every choice and plain
+#: decoding read within 1.5% of each other on this CPU, noise; over 30 prompts of 128 tokens one ensemble token ran
+#: 2% faster than two (`benchmarks/results/goodput/ppd_look_s54`).
+GOODPUT_PER_CATEGORY = 2
+GOODPUT_TOKENS = 128
+
 
 def save_profile(path: str | Path, fingerprint: str, key: str, entry: dict) -> dict:
     """Merge one device's entry into the profile file (other devices' entries are kept)."""
@@ -120,27 +127,33 @@ def goodput_candidates(num_prompts: int, num_ept: int) -> list[tuple[int, int]]:
 
 
 def measure_goodput(model, checkpoint_path: Path, prompts: list[list[int]], candidates: list[tuple[int, int]],
-                    max_new_tokens: int = 64, rounds: int = 2) -> dict:
+                    max_new_tokens: int = GOODPUT_TOKENS, rounds: int = 2) -> dict:
     """Seconds (this process's CPU time with one torch thread, else wall time) to decode `prompts` under the
     goodput controller with each (m, n_ept) and with no drafter, interleaved per prompt so load drift hits
-    all alike; the fastest pair. Every output is checked equal to plain decoding's."""
+    all alike; the fastest pair. Every output is checked equal to plain decoding's. Each pair has a cost model
+    of its own: what the controller learns of one (its pooled acceptance, its prompt slots' count and price, its
+    failed probes) is kept under the drafter's name, and shared it priced a 1x1 row with the last 3x4 row's
+    12 root slots."""
     import specdec
-    from specdec.costs import cost_clock
+    from specdec.costs import CostModel, cost_clock
     from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions
 
-    clock = cost_clock(model.get_input_embeddings().weight.device)
+    device = model.get_input_embeddings().weight.device
+    clock = cost_clock(device)
     drafters = {"none": None}
     for m, e in candidates:
         drafters[f"{m}x{e}"] = PPDDrafter(PPDOptions(checkpoint=str(checkpoint_path), num_prompts=m, num_ept=e))
-    for drafter in drafters.values():  # warm-up: cost curves, first-call setup
-        specdec.generate(model, prompts[0], drafter=drafter, max_new_tokens=8)
+    costs = {name: CostModel(device_key(device)) for name in drafters}
+    for name, drafter in drafters.items():  # warm-up: cost curves, first-call setup
+        specdec.generate(model, prompts[0], drafter=drafter, max_new_tokens=8, cost_model=costs[name])
     seconds = dict.fromkeys(drafters, 0.0)
     for _ in range(rounds):
         for prompt in prompts:
             reference = None
             for name, drafter in drafters.items():
                 started = clock()
-                out = specdec.generate(model, prompt, drafter=drafter, max_new_tokens=max_new_tokens)
+                out = specdec.generate(model, prompt, drafter=drafter, max_new_tokens=max_new_tokens,
+                                       cost_model=costs[name])
                 seconds[name] += clock() - started
                 reference = out.sequences[0] if reference is None else reference
                 if out.sequences[0] != reference:
@@ -151,12 +164,13 @@ def measure_goodput(model, checkpoint_path: Path, prompts: list[list[int]], cand
             "seconds": seconds, "prompts": len(prompts), "max_new_tokens": max_new_tokens, "rounds": rounds}
 
 
-def benchmark_prompts(tokenizer, context: int | None, max_new_tokens: int) -> list[list[int]]:
-    """One prompt per Spec-Bench category, from the copy shipped in the package."""
+def benchmark_prompts(tokenizer, context: int | None, max_new_tokens: int, per_category: int = 1) -> list[list[int]]:
+    """`per_category` prompts of each Spec-Bench category, from the copy shipped in the package."""
     from specdec.benchmarks.datasets import PromptBuilder, load_dataset
 
     builder = PromptBuilder(tokenizer, context, max_new_tokens)
-    return [builder.encode([], sample.turns[0])[0] for sample in load_dataset("spec_bench", per_category=1)]
+    return [builder.encode([], sample.turns[0])[0]
+            for sample in load_dataset("spec_bench", per_category=per_category)]
 
 
 def build_parser():
@@ -235,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(or pass --no-goodput)")
         from specdec.target import context_length
 
-        prompts = benchmark_prompts(tokenizer, context_length(model), 64)
+        prompts = benchmark_prompts(tokenizer, context_length(model), GOODPUT_TOKENS, GOODPUT_PER_CATEGORY)
         entry["goodput"] = measure_goodput(model, checkpoint_path, prompts,
                                            goodput_candidates(checkpoint.num_prompts, checkpoint.num_ept))
         choice = entry["goodput"]

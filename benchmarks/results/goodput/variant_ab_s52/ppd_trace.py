@@ -11,7 +11,7 @@ from specdec.costs import CostModel, device_key
 
 pair, calls = default_pair_and_prompts(sys.argv[1].split(","))
 tgt = pair.target
-opts = dict(kv.split("=") for kv in sys.argv[2].split(",")) if len(sys.argv) > 2 and sys.argv[2] else {}
+opts = dict((k, int(v)) for k, v in (kv.split("=") for kv in sys.argv[2].split(",")) ) if len(sys.argv) > 2 and sys.argv[2] else {}
 cm = CostModel(device_key("cpu"))
 def pattern(st):
     return " ".join("." if d == 0 else f"{d}/{a}" for d, a in zip(st.drafted_per_step, st.accepted_per_step))
