@@ -116,6 +116,7 @@ MAX_REST = 16
 #: forgets (per looking step), and the longest rest the whole batch takes from it when the balance runs
 #: negative (`_judge_looks`).
 LOOK_BALANCE_DECAY = 0.8
+MAX_BATCH_REST = 32
 #: A row engaged with a slot drafter (`GoodputController._slot_look`) lets its slots go once its steps have lost,
 #: on balance, more than SLOT_LOOK_LOSS plain steps' worth of time; gains count up to SLOT_LOOK_CREDIT plain steps
 #: (an old burst buys no lasting credit, so a steady loss, however small, ends the run). Behind a short prompt on
@@ -123,7 +124,6 @@ LOOK_BALANCE_DECAY = 0.8
 #: rejections for the next burst; behind a 1000-token document they cost ~20%: 5-10 steps.
 SLOT_LOOK_LOSS = 1.0
 SLOT_LOOK_CREDIT = 1.0
-MAX_BATCH_REST = 32
 #: Probes of a costly drafter that failed in a row (the row stayed plain) before its probes come twice as
 #: rarely (`_probe_discount`, up to `ControllerOptions.max_probe_discount` times).
 PROBE_STREAK = 2
@@ -274,11 +274,10 @@ class Spare:
 @dataclass
 class _SlotLook:
     """A row that keeps its drafter's root slots in every step (`GoodputController._slot_look`), so that it has
-    this step's predictions to judge: the decayed balance (seconds, priced) of what its steps gained over plain
-    ones, how many it has taken and the draft tokens they accepted."""
+    this step's predictions to judge: the balance (seconds at the cost table's prices, at most SLOT_LOOK_CREDIT
+    plain steps) of what its steps gained over plain ones, and the draft tokens they accepted."""
 
     balance: float = 0.0
-    looks: int = 0
     accepted: int = 0
 
 
@@ -708,7 +707,6 @@ class GoodputController:
         spent = (table.verify(1, width, self.packed, context) + self._overhead(verified > 0)
                  + (table.draft_mean(name) or 0.0))
         run.balance = min(SLOT_LOOK_CREDIT * plain, run.balance + (1 + accepted) * plain - spent)
-        run.looks += 1
         run.accepted += accepted
         if run.balance < -SLOT_LOOK_LOSS * plain:
             self._end_look(row, name, judged=True)
