@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import warnings
 import weakref
 from pathlib import Path
@@ -110,7 +109,7 @@ class _StateLayout:
     """One state's tree: the index tensors that pick its candidates from the predictions' top-k (one gather a
     step), and the host lists its drafts' index data and host views are made of."""
 
-    def __init__(self, layout: dict[str, list[int]], scores: list[float]) -> None:
+    def __init__(self, layout: dict[str, list[int]]) -> None:
         self.cand_depth = torch.tensor(layout["cand_depth"], dtype=torch.long)
         self.cand_rank = torch.tensor(layout["cand_rank"], dtype=torch.long)
         self.depths, self.ranks = list(layout["cand_depth"]), list(layout["cand_rank"])
@@ -118,7 +117,6 @@ class _StateLayout:
         self.num_slots = len(layout["embed_row"])
         self.parents = list(layout["cand_parent"])
         self.chain = self.parents == list(range(-1, self.num_nodes - 1))
-        self.scores = list(scores)  # each candidate's prior acceptance
         self.slot_parent = list(layout["parent_slot"])  # -1: the slot hangs from its anchor
         self.slot_anchor = list(layout["anchor_node"])
         self.embed_rows = list(layout["embed_row"])  # rows of the prompt table
@@ -138,13 +136,10 @@ class _StateLayout:
 
 @functools.lru_cache(maxsize=32)
 def _tree_buffers(accuracies: str, num_prompts: int, size: int, kind: str, num_ept: int) -> dict[int, _StateLayout]:
-    """Per state: the tree's index data with `num_ept` slots per prompt, and each candidate's score (the product of
-    its ranks' accuracies: its prior acceptance). Built once per tree: setup runs on every generate call, and
-    rebuilding them took ~0.4 ms of it. Read-only for their users."""
+    """Per state: the tree's index data with `num_ept` slots per prompt. Built once per tree: setup runs on every
+    generate call, and rebuilding them took ~0.4 ms of it. Read-only for their users."""
     trees = _cached_trees(accuracies, num_prompts, size, kind)
-    acc = json.loads(accuracies)
-    return {d: _StateLayout(t.layout(num_ept), [math.prod(acc[j][r] for j, r in enumerate(path)) for path in t.paths])
-            for d, t in trees.trees.items()}
+    return {d: _StateLayout(t.layout(num_ept)) for d, t in trees.trees.items()}
 
 
 def _read_profile(path: Path) -> dict:
@@ -178,7 +173,7 @@ class PPDDrafter(Drafter):
         self._topk = 10
         self.goodput = False  # cut by the controller in this call (see setup)
         self._empty = _StateLayout({key: [] for key in ("cand_depth", "cand_rank", "cand_parent", "anchor_node",
-                                                        "parent_slot", "embed_row")}, [])
+                                                        "parent_slot", "embed_row")})
 
     # -- setup ---------------------------------------------------------------------------------
     def _load_checkpoint(self, model: torch.nn.Module) -> tuple[PromptCheckpoint, Path | None]:
