@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from specdec.costs import device_key  # one key per device for every measured cost
+from specdec.costs import CostModel, cost_clock, device_key  # one key per device for every measured cost
 from specdec.drafters.ppd.profile import load_profile
 
 #: What the goodput choice is timed on: this many Spec-Bench prompts per category, decoding this many tokens. At one
@@ -135,7 +135,6 @@ def measure_goodput(model, checkpoint_path: Path, prompts: list[list[int]], cand
     failed probes) is kept under the drafter's name, and shared it priced a 1x1 row with the last 3x4 row's
     12 root slots."""
     import specdec
-    from specdec.costs import CostModel, cost_clock
     from specdec.drafters.ppd.drafter import PPDDrafter, PPDOptions
 
     device = model.get_input_embeddings().weight.device

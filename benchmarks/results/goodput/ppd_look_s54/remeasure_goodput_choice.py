@@ -10,6 +10,7 @@ import time
 
 import torch
 from specdec.drafters.ppd.drafter import default_checkpoint_path, profile_path_for
+from specdec.drafters.ppd.profile import load_profile
 from specdec.drafters.ppd.prompts import PromptCheckpoint
 
 import specdec
@@ -21,6 +22,7 @@ from specdec.tools.ppd.profile import (
     benchmark_prompts,
     goodput_candidates,
     measure_goodput,
+    save_profile,
 )
 
 torch.set_num_threads(1)
@@ -32,9 +34,8 @@ prompts = benchmark_prompts(pair.tokenizer, context_length(model), GOODPUT_TOKEN
 choice = measure_goodput(model, path, prompts, goodput_candidates(checkpoint.num_prompts, checkpoint.num_ept))
 choice["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 profile_file = profile_path_for(path)
-profile = json.loads(profile_file.read_text())
 key = device_key(model.get_input_embeddings().weight.device)
-previous = profile["devices"][key].get("goodput")
-profile["devices"][key]["goodput"] = choice
-profile_file.write_text(json.dumps(profile, indent=1) + "\n")
+entry = load_profile(profile_file)["devices"][key]
+previous = entry.get("goodput")
+save_profile(profile_file, checkpoint.fingerprint, key, {**entry, "goodput": choice})
 print(json.dumps({"device": key, "previous": previous, "now": choice}, indent=1))
