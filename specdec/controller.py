@@ -158,7 +158,9 @@ class ControllerOptions(BaseModel):
     probe_share: float = Field(0.01, gt=0.0, le=1.0, description="most of a row's time spent probing drafters "
                                "that do not pay (shared among them): a probe's expected loss sets its least wait")
     max_probe_interval: int = Field(64, ge=1, le=4096, description="longest wait between probes (the wait "
-                                    "doubles after each probe that did not pay)")
+                                    "doubles after each probe that did not pay, except a costly chain's in "
+                                    "a row priced alone, whose wait grows with its probes' expected loss "
+                                    "alone)")
     max_probe_discount: float = Field(8.0, ge=1.0, le=1024.0, description="most times rarer than probe_share "
                                       "allows the probes of a drafter whose probes keep failing come (twice as "
                                       "rare per 2 failed in a row, across calls; 1 = off)")
@@ -620,7 +622,17 @@ class GoodputController:
         prompt that turns repetitive after its first drafts mostly failed. Stop 40 kept that price to rows where the
         drafter had been right; for a row alone it is now every drafted row (stop 47: in an interleaved A/B over
         Spec-Bench's six categories draft_model went from 1.429x to 1.465x of plain decoding and ppd_draft_model
-        from 1.423x to 1.491x, translation 1.29x to 1.60x, summarization 1.00x to 1.11x)."""
+        from 1.423x to 1.491x, translation 1.29x to 1.60x, summarization 1.00x to 1.11x).
+
+        For a row alone this wait is the only back-off of a costly drafter whose chain needs no prompt slots (a
+        draft model, layer_skip): each failed probe lowers the row's estimates, so the next probe's expected loss
+        and wait grow by themselves. Doubling its interval after each failed probe as well (still done for PPD's
+        slot probes, a free drafter's looks and rows of live batches) kept a draft model, whose one-token probe
+        costs ~12% of a plain step here, 16-64 steps away from answers that had turned repetitive, where
+        transformers' heuristic probes every 4 steps (qa and translation traces, stop 55): without it,
+        draft_model 1.363 -> 1.392x and 1.402 -> 1.444x of plain decoding in two interleaved A/Bs over
+        Spec-Bench's six categories. In static batches of 2, 4 and 8 it read 0.96, 0.98 and 1.02 of the doubling
+        rule's speed (one A/B, `benchmarks/results/goodput/dm_depth_s55`), so live batches keep doubling."""
         items, _, _, best_one = option
         table, packed = self.table, self.packed
         context = items.context
@@ -884,7 +896,8 @@ class GoodputController:
                 self.counts["probes"] += 1
             elif due_probes:  # try a drafter again: estimates of one not verified lately are stale
                 probe = max(due_probes, key=lambda n: row.since[n] / row.interval[n])
-                row.interval[probe] = min(self.options.max_probe_interval, 2 * row.interval[probe])
+                if probe in cheap or options[probe][0].base or batch is not None:  # (see `_probe_wait`)
+                    row.interval[probe] = min(self.options.max_probe_interval, 2 * row.interval[probe])
                 self.counts["probes"] += 1
             else:
                 probe = None

@@ -223,6 +223,25 @@ def test_a_probe_in_a_batch_waits_for_the_rows_share_of_the_step():
     assert alone >= 8 and batched < 0.5 * alone
 
 
+def test_a_costly_chains_failed_probes_space_out_by_their_loss_alone():
+    """A costly drafter without prompt slots (a draft model) backs off through its probes' expected loss
+    (`_probe_wait`), not by doubling its interval as well: where a one-node probe costs little it comes every
+    `probe_after` steps however often it failed (doubled to 64 steps, answers that had turned repetitive were
+    found 16-64 steps late)."""
+    flat = (0.010, 0.0102, 0.0104, 0.0108, 0.0116, 0.0132, 0.0164, 0.0228)  # +2% a verified input
+    ctl = controller(synthetic(flat, draft=(0.003, 0.0, 0.0002)), probe_after=4, max_probe_interval=64,
+                     probe_share=0.5)  # not a free drafter: a draft costs a third of a plain step
+    ctl._row(0).estimates["d"] = RowAcceptance(prior=[0.02], weight=50.0)  # known to lose a little
+    probes = 0
+    for _ in range(200):
+        plan = ctl.plan([0], [1000], 64)
+        probes += sum(plan.probe)
+        assert plan.budget[0] == (1 if plan.probe[0] else 0)  # only ever probed, one node at a time
+        draft, cut = ctl.cut(chain([list(range(1, 1 + plan.budget[0]))]), plan, 0.0)
+        ctl.observe(plan, cut, verdict([0], draft.width), {})
+    assert probes >= 30  # ~every fifth step (4, 8, ..., 64 steps apart: 7 probes)
+
+
 def test_a_batch_verifies_a_draft_only_when_it_clearly_pays():
     """`_solve`'s margin: in a batch a draft must promise BATCH_MARGIN more than a plain step; alone, any gain."""
     flat = (0.010, 0.0102, 0.0104, 0.0108, 0.0116, 0.0132, 0.0164, 0.0228)  # +2% a verified input
@@ -472,9 +491,9 @@ def test_evidence_fades_between_verdicts_so_one_verdict_after_a_long_wait_decide
         est.observe([-1], [True], age=True)
     assert failed.conditional(0) < 0.25 < 0.5 < faded.conditional(0)
     # In the controller: a costly drafter (1 ms + 1 ms a node against a 10 ms step) rejected twelve times, then
-    # probed after a wait and its one-node probe accepted, drafts again at once (unfaded, the old failures kept
-    # the row plain after that probe).
-    ctl = controller(synthetic(draft=(0.001, 0.0, 0.001)), probe_after=1, max_probe_interval=8, probe_share=0.5)
+    # probed after a wait of 8 steps and its one-node probe accepted, drafts again at once (unfaded, the old
+    # failures kept the row plain after that probe).
+    ctl = controller(synthetic(draft=(0.001, 0.0, 0.001)), probe_after=8, max_probe_interval=8, probe_share=0.5)
     outcomes = iter([0] * 12 + [1] * 600)  # rejected, then its first token right again
     next_plan = None
     for index in range(600):
