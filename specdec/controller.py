@@ -19,9 +19,9 @@ Three times per step:
   that scores its nodes (layer_skip) asks after each depth whether a row should draft deeper.
   A drafter whose draft costs almost nothing (anpd's lookup) proposes all it can: deciding after
   seeing it is free. A row whose best option is no draft decodes plainly; its drafter is probed again
-  later, the wait doubling while probes fail and never shorter than what keeps probes' expected loss
-  under `probe_share` of the row's time (the loss against what the row does instead: a plain step, or
-  with drafter="auto" its best other drafter). A drafter's one-off `prepare` in a row (a draft model's
+  later, never sooner than what keeps probes' expected loss under `probe_share` of the row's time (the
+  loss against what the row does instead: a plain step, or with drafter="auto" its best other drafter),
+  the wait doubling as well while probes fail, except a costly chain's in a row priced alone (`_probe_wait`). A drafter's one-off `prepare` in a row (a draft model's
   prefill) is priced into its probe there, and into its first pick spread over the row's tokens left.
   Rows that all stay plain form a quiet run: one plan and cut serve its steps, observed at its end.
   A drafter whose predictions ride in the forward as extra slots under the root (PPD's prompts) has none
