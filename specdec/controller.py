@@ -21,8 +21,9 @@ Three times per step:
   seeing it is free. A row whose best option is no draft decodes plainly; its drafter is probed again
   later, never sooner than what keeps probes' expected loss under `probe_share` of the row's time (the
   loss against what the row does instead: a plain step, or with drafter="auto" its best other drafter),
-  the wait doubling as well while probes fail, except a costly chain's in a row priced alone (`_probe_wait`). A drafter's one-off `prepare` in a row (a draft model's
-  prefill) is priced into its probe there, and into its first pick spread over the row's tokens left.
+  the wait doubling as well while probes fail, except a costly chain's in a row priced alone (`_probe_wait`).
+  A drafter's one-off `prepare` in a row (a draft model's prefill) is priced into its probe there, and into
+  its first pick spread over the row's tokens left.
   Rows that all stay plain form a quiet run: one plan and cut serve its steps, observed at its end.
   A drafter whose predictions ride in the forward as extra slots under the root (PPD's prompts) has none
   after a plain step; a row alone that drafted with it stays *engaged* (`_slot_look`): it keeps the root
