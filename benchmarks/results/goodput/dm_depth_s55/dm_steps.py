@@ -1,8 +1,10 @@
 """Each step of draft_model's calls under the controller (trace): budget, verified, accepted, expected tokens.
 `python dm_steps.py translation [drafter options k=v,...]`; the categories' prompts run in order with one cost model."""
 import sys
+from pathlib import Path
 
-from _prompts import default_pair_and_prompts
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "variant_ab_s52"))
+from _prompts import default_pair_and_prompts  # noqa: E402  (stop 52's helper)
 
 import specdec
 from specdec.costs import CostModel, device_key

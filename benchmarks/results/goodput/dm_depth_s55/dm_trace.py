@@ -2,8 +2,10 @@
 categories (one cost model per schedule). `python dm_trace.py translation goodput heuristic`."""
 import sys
 import time
+from pathlib import Path
 
-from _prompts import default_pair_and_prompts
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "variant_ab_s52"))
+from _prompts import default_pair_and_prompts  # noqa: E402  (stop 52's helper)
 
 import specdec
 from specdec.costs import CostModel, device_key

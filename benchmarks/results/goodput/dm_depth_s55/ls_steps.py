@@ -1,8 +1,10 @@
 """layer_skip's steps per summarization prompt under fresh cost models (one per pass): how often it goes plain.
 `python ls_steps.py summarization 3`."""
 import sys
+from pathlib import Path
 
-from _prompts import default_pair_and_prompts
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "variant_ab_s52"))
+from _prompts import default_pair_and_prompts  # noqa: E402  (stop 52's helper)
 
 import specdec
 from specdec.costs import CostModel, device_key
