@@ -961,12 +961,15 @@ class GoodputController:
                 if kept == 0:
                     choice_b, choice[b] = choice[b], None
                     row = self.rows[row_ids[b]]
-                    due = min((row.due[n] - row.since[n] for n in row.due if n != choice_b), default=quiet_steps + 1)
                     # A row cut while other rows' nodes pay is priced again next step: a static batch's weights
                     # move every step (the row ahead is last once the others' drafts are accepted), and a row
                     # kept quiet after it fell behind left its place in the batch's end undrafted: in static
                     # batches of 2 the rows drafted in turn, one a step (stop 56).
-                    row.quiet = 0 if any(joint) else max(0, min(quiet_steps, int(due) - 1))
+                    row.quiet = 0
+                    if not any(joint):
+                        due = min((row.due[n] - row.since[n] for n in row.due if n != choice_b),
+                                  default=quiet_steps + 1)
+                        row.quiet = max(0, min(quiet_steps, int(due) - 1))
                     row.quiet_reason = why
                     self._reason(row.quiet_reason)
         lags: dict[str, float] = {}
@@ -1640,11 +1643,10 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: Waitin
     other far behind and alone worth drafting, so static batches of 2 drafted one row a step, in turn (stop 56:
     1.07-1.09x of batched plain decoding, 1.14-1.19x with the mean pace and the rows re-priced every step;
     drafting every step ran 1.30x). Only the last row's progress ends the batch sooner, saving what a whole step
-    costs beyond its rows. When
-    several rows are tied for last (within a step) the end moves only if all of them advance: a row's token is
-    credited that saving times the chance that the others' drafts advance them too (the product of their first
-    nodes' acceptance, `accept`), over the number tied, so that all of them drafting adds up to the saving times
-    the chance that all advance. A plain step is worth its cost (`step`), so a draft is verified where the
+    costs beyond its rows. When several rows are tied for last (within a step) the end moves only if all of them
+    advance: a row's token is credited that saving times the chance that the others' drafts advance them too
+    (the product of their first nodes' acceptance, `accept`), over the number tied, so that all of them drafting
+    adds up to the saving times the chance that all advance. A plain step is worth its cost (`step`), so a draft is verified where the
     seconds it is expected to save exceed the seconds it adds.
 
     The last wave of a continuous batch (no more prompts waiting than rows) ends the same way: the first rows to
