@@ -1646,8 +1646,8 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: Waitin
     costs beyond its rows. When several rows are tied for last (within a step) the end moves only if all of them
     advance: a row's token is credited that saving times the chance that the others' drafts advance them too
     (the product of their first nodes' acceptance, `accept`), over the number tied, so that all of them drafting
-    adds up to the saving times the chance that all advance. A plain step is worth its cost (`step`), so a draft is verified where the
-    seconds it is expected to save exceed the seconds it adds.
+    adds up to the saving times the chance that all advance. A plain step is worth its cost (`step`), so a draft
+    is verified where the seconds it is expected to save exceed the seconds it adds.
 
     The last wave of a continuous batch (no more prompts waiting than rows) ends the same way: the first rows to
     finish each hand their place to the next waiting prompt, so a row's place ends after its own tokens and
@@ -1661,8 +1661,8 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: Waitin
     if waiting is True or len(queued) > count or count <= 1:
         return [1.0] * count, None
     accept = list(accept) if accept is not None else [0.5] * count
-    pace = [max(1.0, sum(pace) / count)] * count  # the batch's mean pace (see above)
-    steps = lane_ends([(max(r, 0) + 1) / p for r, p in zip(remaining, pace)], queued)
+    mean_pace = max(1.0, sum(pace) / count)  # every row's (see above)
+    steps = lane_ends([(max(r, 0) + 1) / mean_pace for r in remaining], queued)
     most = max(steps)
     last = [s >= most - 1.0 for s in steps]
     ending = max(0.0, step - count * marginal) / sum(last)
@@ -1671,8 +1671,8 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: Waitin
     for i in range(count):
         before[i + 1] = before[i] * factors[i]
         after[count - 1 - i] = after[count - i] * factors[count - 1 - i]
-    return [(marginal + (ending * before[i] * after[i + 1] if last[i] else 0.0)) / p
-            for i, p in enumerate(pace)], step
+    return [(marginal + (ending * before[i] * after[i + 1] if last[i] else 0.0)) / mean_pace
+            for i in range(count)], step
 
 
 def lane_ends(steps: Sequence[float], queued: Sequence[int]) -> list[float]:
