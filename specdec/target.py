@@ -417,9 +417,15 @@ class TargetRunner:
             part = lean(self.cache, input_ids.to(self.device)[rows_d], start[rows], positions[rows_d],
                         None if keep_d is None else keep_d[rows_d], rows=rows_d, max_position=top)
             return part.new_zeros(len(start), *part.shape[1:]).index_copy_(0, rows_d.to(part.device), part)
-        logits = self._run(start, positions, None, input_ids=input_ids, scratch=True, plan=plan)
+        # Only the last input's logits wanted (a drafter feeding committed tokens, a draft model's first
+        # prefill of a row's prompt): the head runs on that input alone, not on all of them.
+        last_only = keep is not None and bool((np.asarray(keep) == steps - 1).all())
+        logits = self._run(start, positions, None, input_ids=input_ids, scratch=True, plan=plan,
+                           last_logits_only=last_only)
         if keep_d is None:
             return logits
+        if last_only:
+            return logits[:, -1]
         return logits[torch.arange(len(start), device=logits.device), keep_d.to(logits.device)]
 
     def _planned(self, plan: LayerPlan | None) -> tuple[torch.nn.Module, FastDraftForward | None]:

@@ -159,3 +159,39 @@ def test_scratch_forward_keep_and_rows(lean: bool) -> None:
     torch.testing.assert_close(some[[0, 2]], kept[[0, 2]], atol=1e-5, rtol=1e-4)
     assert bool((some[1] == 0).all()) == lean
     assert runner.lean_forwards == (3 if lean else 0)
+
+
+@pytest.mark.parametrize("lean", [False, True])
+@pytest.mark.parametrize("arch", ["qwen2", "gemma2"])
+def test_scratch_forward_scores_only_the_last_input_when_only_it_is_kept(arch: str, lean: bool) -> None:
+    """A drafter feeding committed tokens keeps only the last input's logits: the head runs on that input alone
+    (a draft model's first feed of a 900-token prompt spent half its time in the head on every input), with the
+    logits of the full forward; Gemma 2 (soft-capped logits, a 16-token window) fed past its window."""
+    from families import build
+
+    if arch == "gemma2":
+        model = build(arch, seed=2)
+        plan = LayerPlan.build(model, lean=lean) if lean else None
+    else:  # blocks bypassed and a reduced head, as layer_skip and draft_model draft
+        model = tiny_model(arch, layers=3, seed=1)
+        plan = LayerPlan.build(model, [1], [2], head_tokens=list(range(0, VOCAB, 2)), lean=lean, weights="model")
+    prompt = torch.randint(1, VOCAB, (2, 9), generator=torch.Generator().manual_seed(0))
+    chain = torch.randint(1, VOCAB, (2, 24), generator=torch.Generator().manual_seed(1))
+    runner = TargetRunner(model, 2, 64)
+    runner.prefill(prompt, [9, 6])
+    scored: list[int] = []  # inputs the head scored in each transformers forward
+    run = runner._run
+
+    def counted_run(*args, **kwargs):
+        logits = run(*args, **kwargs)
+        scored.append(logits.shape[1])
+        return logits
+
+    runner._run = counted_run
+    with torch.inference_mode():
+        full = runner.scratch_forward(chain, 0, plan=plan)
+        scored.clear()
+        last = runner.scratch_forward(chain, 0, plan=plan, keep=np.array([23, 23]))
+    torch.testing.assert_close(last, full[:, -1], atol=1e-5, rtol=1e-4)
+    if runner.lean_forwards == 0:  # (a lean forward runs its own head on the kept inputs)
+        assert scored == [1]

@@ -540,6 +540,35 @@ def test_ppd_draft_model_drafts_the_drafts_greedy_chain_and_stays_identical() ->
                 assert tokens == hf_greedy(draft, sequence, len(tokens))
 
 
+@pytest.mark.parametrize("plain", [False, True])  # the inner tree, or plain forwards (no tree pays)
+def test_ppd_draft_model_prefills_a_rows_prompt_and_drafts_its_greedy_chain_past_a_window(plain, monkeypatch) -> None:
+    """A row's first feed of the draft (its whole prompt) runs as a prefill, not a chain scratch forward scored
+    on every input (twice the time on a 900-token prompt); the draft's chains stay its greedy continuation on
+    Gemma 2 (soft-capping, a 16-token window) with a prompt longer than the window."""
+    from families import build, build_draft
+    from specdec.drafters.ppd import draft_model as module
+
+    from specdec.runner import TargetRunner
+
+    if plain:
+        monkeypatch.setattr(module, "row_forward_seconds", lambda model: lambda width: 1e-3 * width)
+    target, draft = build("gemma2", seed=0), build_draft("gemma2", seed=1)
+    prefills, prefill = [], TargetRunner.prefill
+    monkeypatch.setattr(TargetRunner, "prefill", lambda self, ids, lengths: prefills.append(
+        (self.model is draft, ids.shape[1])) or prefill(self, ids, lengths))
+    prompt = list(range(3, 33))
+    drafter = _RecordingPPDDraftModel({"model": draft, "random_init": True, "k": 4} | ({} if plain else {"tree_size": 12}))
+    out = specdec.generate(target, prompt, drafter=drafter, verifier="exact", max_new_tokens=24, controller=False)
+    assert out.sequences[0] == hf_greedy(target, prompt, 24)
+    assert (drafter.inner is None) == plain
+    # the draft's prefill: the prompt but its last token (the first step's root) and the one before it (fed by a
+    # scratch forward, for its logits)
+    assert (True, len(prompt) - 2) in prefills
+    for sequence, tokens in drafter.log:
+        if tokens:
+            assert tokens == hf_greedy(draft, sequence, len(tokens))
+
+
 def test_ppd_draft_model_with_the_target_as_draft_accepts_everything() -> None:
     target = tiny_model("llama", seed=0)
     drafter = PPDDraftModelDrafter(PPDDraftModelOptions(model=target, random_init=True, k=4, tree_size=12))

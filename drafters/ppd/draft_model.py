@@ -306,6 +306,10 @@ class PPDDraftModelDrafter(Drafter):
 
     def _feed(self, row: _Row, tokens: list[int]) -> torch.Tensor:
         """Run `tokens` as a chain on the row's draft cache and keep them all; the last one's logits [V]."""
+        if not row.cached and len(tokens) > 1:  # a row's first feed (its prompt): a prefill's causal fast path
+            row.runner.prefill(torch.tensor([tokens[:-1]]), [len(tokens) - 1])
+            row.cached.extend(tokens[:-1])
+            tokens = tokens[-1:]
         logits = row.runner.scratch_forward(torch.tensor([tokens]), 0, plan=self.plan, keep=np.array([len(tokens) - 1]))
         row.runner.commit(torch.arange(1, len(tokens))[None, :], torch.tensor([len(tokens) - 1]))
         row.cached.extend(tokens)
