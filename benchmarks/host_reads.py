@@ -111,9 +111,11 @@ def counting_host_reads(where: Counter | None = None):
 
 
 def reads_per_step(model: Any, prompts: list[list[int]], drafter: str, options: dict | None, controller: bool,
-                   new_tokens: int, eos_token_id: int | None = None) -> tuple[list[int], Counter, Any]:
-    """Reads of each decoding step of one `specdec.generate` call (greedy, exact verifier), all of them by the
-    line that made them, and the call's output."""
+                   new_tokens: int, eos_token_id: int | None = None, **generate_options: Any
+                   ) -> tuple[list[int], Counter, Any]:
+    """Reads of each decoding step of one `specdec.generate` call (greedy and the exact verifier unless
+    `generate_options` say otherwise: verifier, temperature, seed...), all of them by the line that made them,
+    and the call's output."""
     import specdec
     from specdec.engine import SpeculativeEngine
 
@@ -129,8 +131,9 @@ def reads_per_step(model: Any, prompts: list[list[int]], drafter: str, options: 
 
     SpeculativeEngine._step = counted
     try:
-        out = specdec.generate(model, prompts, drafter=drafter, drafter_options=options, verifier="exact",
-                               max_new_tokens=new_tokens, controller=controller, eos_token_id=eos_token_id)
+        out = specdec.generate(model, prompts, drafter=drafter, drafter_options=options,
+                               max_new_tokens=new_tokens, controller=controller, eos_token_id=eos_token_id,
+                               **{"verifier": "exact", **generate_options})
     finally:
         SpeculativeEngine._step = step
     return per_step, where, out

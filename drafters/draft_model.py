@@ -454,14 +454,20 @@ class DraftModelDrafter(Drafter):
                 drafting: torch.Tensor | np.ndarray):
         """`count` children per distribution in logits [B, ..., V]: the top ones when greedy, i.i.d.
         samples of q otherwise (drawn only for rows still `drafting` [B], so a row's random stream
-        does not depend on its neighbours). Returns (tokens [B, ..., count], q [B, ..., V] or None)."""
+        does not depend on its neighbours). Returns (tokens [B, ..., count], q [B, ..., V] or None).
+        Sampled without a device read: a q that is not a distribution (NaN logits) draws out of the vocabulary,
+        clamped into it here, and the engine refuses the draft when it reads the step back (its check of q)."""
         if self.sampling.greedy:
             tokens = logits.topk(count, dim=-1).indices if count > 1 else logits.argmax(dim=-1, keepdim=True)
             return tokens, None
         q = process_logits(logits, self.sampling)
         draws = q.unsqueeze(-2).expand(*q.shape[:-1], count, q.shape[-1])
-        used = torch.as_tensor(drafting, device=q.device).reshape(-1, *([1] * (draws.dim() - 2))).expand(draws.shape[:-1])
-        return sample(draws, generator, used), q
+        shape = (-1, *([1] * (draws.dim() - 2)))
+        if isinstance(drafting, np.ndarray):  # known on the host: nothing read back
+            used = np.broadcast_to(drafting.astype(bool).reshape(shape), tuple(draws.shape[:-1]))
+        else:
+            used = torch.as_tensor(drafting, device=q.device).reshape(shape).expand(draws.shape[:-1])
+        return sample(draws, generator, used, checked=False).clamp(max=q.shape[-1] - 1), q
 
     def _confident(self, logits: torch.Tensor) -> torch.Tensor:
         """[...] bool: whether the draft's top probability (raw softmax) reaches gamma."""

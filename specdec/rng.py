@@ -54,28 +54,41 @@ class RowGenerators:
         """The generators of `rows` (indices into this view), sharing their state."""
         return RowGenerators([self.generators[row] for row in rows])
 
-    def rand(self, mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Uniforms in [0, 1) shaped like `mask` [B, ...] (on its device), zero where `mask` is False.
+    def rand(self, mask: torch.Tensor | np.ndarray, dtype: torch.dtype = torch.float32,
+             device: torch.device | str | None = None) -> torch.Tensor:
+        """Uniforms in [0, 1) shaped like `mask` [B, ...], zero where `mask` is False, on `device` (default: the
+        mask's; the CPU for a host mask).
 
         Row b draws exactly `mask[b].sum()` values from its own generator, in row-major order, so
-        the values it gets do not depend on the other rows.
+        the values it gets do not depend on the other rows. A device mask is read back (on a GPU, a
+        synchronisation); a host mask (numpy), which callers that know which draws they use pass, is not.
         """
         if mask.shape[0] != len(self.generators):
             raise ValueError(f"rand: mask has {mask.shape[0]} rows for {len(self.generators)} generators")
-        flat_mask = mask.reshape(mask.shape[0], -1).cpu()
-        out = torch.zeros(flat_mask.shape, dtype=dtype)
-        for row, (generator, count) in enumerate(zip(self.generators, flat_mask.sum(dim=1).tolist())):
+        if isinstance(mask, torch.Tensor):
+            device = mask.device if device is None else device
+            host = mask.reshape(mask.shape[0], -1).cpu().numpy()
+        else:
+            host = np.asarray(mask, dtype=bool).reshape(mask.shape[0], -1)
+        out = torch.zeros(host.shape, dtype=dtype)
+        for row, (generator, used) in enumerate(zip(self.generators, host)):
+            count = int(used.sum())
             if count:
-                out[row, flat_mask[row]] = torch.rand(int(count), generator=generator, dtype=dtype)
-        return out.reshape(mask.shape).to(mask.device)
+                out[row, torch.from_numpy(np.flatnonzero(used))] = torch.rand(count, generator=generator, dtype=dtype)
+        return out.reshape(tuple(mask.shape)).to("cpu" if device is None else device)
 
 
-def uniform(source: RandomSource, mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def uniform(source: RandomSource, mask: torch.Tensor | np.ndarray, dtype: torch.dtype = torch.float32,
+            device: torch.device | str | None = None) -> torch.Tensor:
     """Uniforms shaped like `mask` from any RandomSource: per-row streams for RowGenerators (zero where
-    `mask` is False); a single generator fills the whole shape in one call, as torch.rand does."""
+    `mask` is False; see `RowGenerators.rand`); a single generator fills the whole shape in one call, as
+    torch.rand does, on `device` (default: the mask's)."""
     if isinstance(source, RowGenerators):
-        return source.rand(mask, dtype)
-    return torch.rand(mask.shape, generator=source, device=mask.device, dtype=dtype)
+        return source.rand(mask, dtype, device)
+    if device is None:
+        device = mask.device if isinstance(mask, torch.Tensor) else "cpu"
+    drawn_on = source.device if source is not None else device  # a generator draws on its own device
+    return torch.rand(tuple(mask.shape), generator=source, device=drawn_on, dtype=dtype).to(device)
 
 
 def row_seeds(seed: int | Sequence[int | None] | None, batch: int) -> list[int | None]:

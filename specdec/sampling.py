@@ -7,6 +7,7 @@ two code paths disagreeing about this).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -84,12 +85,19 @@ def _top_p_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return ~keep
 
 
-def sample(probs: torch.Tensor, generator: RandomSource, mask: torch.Tensor | None = None) -> torch.Tensor:
+def sample(probs: torch.Tensor, generator: RandomSource, mask: torch.Tensor | np.ndarray | None = None,
+           checked: bool = True) -> torch.Tensor:
     """Draw one token per distribution in `probs` [..., V] (need not be normalised) -> LongTensor [...].
 
     With per-row generators, `mask` [...] says which draws are used: only those consume random
     numbers (the others return the first token of positive probability), which keeps a row's random
-    stream independent of its neighbours' draft sizes.
+    stream independent of its neighbours' draft sizes. A host mask (numpy; None: every draw used) is not
+    read back from the device.
+
+    `checked`: every distribution must be finite and non-negative with positive mass, else ValueError (two
+    reads of the device). Unchecked, such a distribution draws the token V, outside the vocabulary, for a
+    caller that judges its tokens on the host anyway (the engine reads every step's tokens back once and
+    refuses one outside the vocabulary), so a sampled step makes no read of its own.
 
     Inverse-CDF sampling: one uniform per row and a binary search in the cumulative sum, about 25x
     faster than `torch.multinomial` on CPU for 32k-token rows. The cumulative sum is float64, and a
@@ -101,20 +109,26 @@ def sample(probs: torch.Tensor, generator: RandomSource, mask: torch.Tensor | No
     dtype = torch.float32 if flat.device.type == "mps" else torch.float64
     cdf = flat.to(dtype).cumsum(dim=-1)
     total = cdf[:, -1:]
-    if flat.shape[0] and not bool(((total > 0) & torch.isfinite(total)).all()) or bool((flat < 0).any()):
+    if checked and flat.shape[0] and (not bool(((total > 0) & torch.isfinite(total)).all())
+                                      or bool((flat < 0).any())):
         raise ValueError("sample: every row must be a finite, non-negative distribution with positive mass")
     if mask is None:
-        mask = torch.ones(probs.shape[:-1], dtype=torch.bool, device=probs.device)
-    u = uniform(generator, mask, dtype).reshape(-1, 1).to(flat.device)
+        mask = np.ones(tuple(probs.shape[:-1]), dtype=bool)
+    u = uniform(generator, mask, dtype, flat.device).reshape(-1, 1).to(flat.device)
     tokens = torch.searchsorted(cdf, u * total, right=True).squeeze(-1)
     last_possible = (vocab - 1) - (flat.flip(-1) > 0).to(torch.int8).argmax(dim=-1)
-    return torch.minimum(tokens, last_possible).reshape(probs.shape[:-1])
+    tokens = torch.minimum(tokens, last_possible)
+    if not checked:
+        invalid = ~((total[:, 0] > 0) & torch.isfinite(total[:, 0])) | (flat < 0).any(dim=-1)
+        tokens = torch.where(invalid, vocab, tokens)
+    return tokens.reshape(probs.shape[:-1])
 
 
 def sample_or_argmax(
-    logits: torch.Tensor, params: SamplingParams, generator: RandomSource, mask: torch.Tensor | None = None
+    logits: torch.Tensor, params: SamplingParams, generator: RandomSource, mask: torch.Tensor | np.ndarray | None = None,
+    checked: bool = True
 ) -> torch.Tensor:
-    """The target's own choice at each position: argmax when greedy, a sample otherwise."""
+    """The target's own choice at each position: argmax when greedy, a sample otherwise (`sample`)."""
     if params.greedy:
         return logits.argmax(dim=-1)
-    return sample(process_logits(logits, params), generator, mask)
+    return sample(process_logits(logits, params), generator, mask, checked)

@@ -129,7 +129,9 @@ class DraftCheck:
         for b, count in enumerate(counts):
             row_tokens = values[tokens_at + b * width : tokens_at + b * width + count]
             if row_tokens and (min(row_tokens) < 0 or max(row_tokens) >= vocab_size):
-                return f"token ids outside the vocabulary [0, {vocab_size})"
+                hint = " (a token drawn from a distribution that is not finite or has no mass: NaN or inf " \
+                       "logits?)" if vocab_size in row_tokens else ""
+                return f"token ids outside the vocabulary [0, {vocab_size}){hint}"
         for b, count in enumerate(counts):
             row_parents = values[parents_at + b * width : parents_at + b * width + count]
             if any(parent < -1 or parent >= i for i, parent in enumerate(row_parents)):
@@ -166,7 +168,8 @@ def _float_problems(draft: Draft) -> torch.Tensor | None:
     if draft.q is not None:
         q = draft.q.float()
         mass = q.sum(-1)
-        bad = bad | (((q < 0).any(-1) | ((mass - 1).abs() > 1e-3)) & valid.to(q.device)).any().to(device)
+        # (written so that NaN fails: a NaN mass compares false with everything)
+        bad = bad | (((q < 0).any(-1) | ~((mass - 1).abs() <= 1e-3)) & valid.to(q.device)).any().to(device)
     if check_scores:
         bad = bad | ((~torch.isfinite(draft.scores) | (draft.scores < 0)) & valid).any()
     return bad
@@ -179,7 +182,7 @@ def _float_problem(draft: Draft) -> str:
         q_valid = draft.q.float().cpu()[valid]
         if q_valid.numel() and (bool((q_valid < 0).any()) or not torch.allclose(
                 q_valid.sum(-1), torch.ones(q_valid.shape[0]), atol=1e-3)):
-            return "q is not a probability distribution (negative or rows not summing to 1)"
+            return "q is not a probability distribution (negative, not finite, or rows not summing to 1)"
     return "scores must be finite and non-negative"
 
 
@@ -422,7 +425,9 @@ def verdict_problem(host: DraftHost, width: int, counts: list[int], bonus: list[
     of its row) a path from the root, its bonus token in the vocabulary (when `vocab_size` is given)."""
     for b, count in enumerate(counts):
         if vocab_size is not None and not 0 <= bonus[b] < vocab_size:
-            return f"bonus token {bonus[b]} outside the vocabulary [0, {vocab_size})"
+            hint = " (drawn from a distribution that is not finite or has no mass: NaN or inf logits?)" \
+                if bonus[b] == vocab_size else ""
+            return f"bonus token {bonus[b]} outside the vocabulary [0, {vocab_size}){hint}"
         if not width:
             if count:
                 return "num_accepted must be 0 when the draft has no nodes"

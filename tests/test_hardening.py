@@ -51,6 +51,7 @@ CASES = {
     "negative token": (lambda s: _chain([-1]), "outside the vocabulary"),
     "q wrong shape": (lambda s: _chain([1, 2], q=torch.full((1, 2, 5), 0.2)), "q must have shape"),
     "q not a distribution": (lambda s: _chain([1, 2], q=torch.full((1, 2, VOCAB), 0.5)), "not a probability"),
+    "q not finite": (lambda s: _chain([1, 2], q=torch.full((1, 2, VOCAB), float("nan"))), "not a probability"),
     "too many nodes": (lambda s: _chain(list(range(10))), "exceed the budget of 4"),
     "wrong batch size": (lambda s: Draft.chain(torch.tensor([[1], [2]])), r"expected tokens/parents \[B=1"),
     "wrong device": (lambda s: _chain([1, 2], tokens=torch.tensor([[1, 2]], device="meta")), "device meta"),
@@ -65,6 +66,31 @@ def test_invalid_drafts_are_reported_by_name(model, case: str) -> None:
         specdec.generate(model, [1, 2, 3], drafter=BadDrafter(make, at_step=2), verifier="exact",
                          max_new_tokens=8, max_draft_nodes=4)
     assert re.search(message, str(info.value)), str(info.value)
+
+
+@pytest.mark.parametrize("verifier", ["exact", "rejection", "typical"])
+def test_sampling_from_nan_logits_is_refused_with_its_cause(verifier: str) -> None:
+    """Sampled steps do not read the device to check the target's distribution (a GPU would stall): a distribution
+    that is not finite draws a token outside the vocabulary, which the step's one read-back refuses, naming the
+    likely cause, before anything is committed."""
+    broken = tiny_model("llama", seed=4)
+    with torch.no_grad():
+        broken.lm_head.weight[3] = float("nan")  # every logit row gets a NaN: softmax is NaN everywhere
+    with pytest.raises(VerifierError, match=r"bonus token .* outside the vocabulary .*NaN or inf logits"):
+        specdec.generate(broken, [1, 2, 3], drafter="anpd", verifier=verifier, temperature=0.8, seed=0,
+                         max_new_tokens=6)
+
+
+def test_a_draft_models_nan_distribution_is_refused_by_name() -> None:
+    """The draft model's sampled tokens are drawn without a device check too: a q that is not a distribution is
+    refused by the step's read-back (its check of q, which NaN now fails), naming the drafter."""
+    broken = tiny_model("llama", seed=5)
+    with torch.no_grad():
+        broken.lm_head.weight[3] = float("nan")
+    with pytest.raises(DrafterError, match=r"draft_model.*q is not a probability distribution"):
+        specdec.generate(tiny_model("llama", seed=4), [1, 2, 3], drafter="draft_model",
+                         drafter_options={"model": broken}, verifier="rejection", temperature=0.8, seed=0,
+                         max_new_tokens=6, controller=False)
 
 
 def test_raising_drafter_is_named_and_next_call_is_clean(model) -> None:

@@ -87,3 +87,27 @@ def test_layer_skips_goodput_exit_reads_once_a_depth_more(target, batch):
     drafter = LayerSkipDrafter(LayerSkipOptions(skip={"mlp": [0]}, max_draft=4, adaptive=False))
     per_step, _, _ = reads_per_step(target, PROMPTS[:batch], drafter, None, True, 24, eos_token_id=95)
     assert per_step and max(per_step) <= BUDGET + 3, f"reads per step: {per_step}"
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("drafter, verifier", [
+    ("none", "exact"), ("anpd", "exact"), ("anpd", "rejection"), ("anpd", "typical"),
+    ("draft_model", "rejection"), ("draft_model", "exact"), ("ppd", "rejection"), ("ppd", "typical"), ("ppd", "exact"),
+    ("layer_skip", "rejection"), ("layer_skip", "exact")])
+def test_a_sampled_step_reads_the_device_at_most_twice(target, drafter, verifier, batch):
+    """Sampling keeps the budget too (before: 6 reads a step for plain sampled decoding, 28 for PPD's trees under
+    rejection sampling, 56 for a draft model's sampled chains): the rows that draw are known on the host, so the
+    per-row random streams need no read; a sampled distribution without mass shows as a token outside the
+    vocabulary, judged in the step's read-back; rejection sampling draws each node's coin up front and runs its
+    levels and siblings as the draft's host view says. Each drafter's own rule, so that every step drafts."""
+    from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
+
+    options = {"model": tiny_model("llama", seed=1)} if drafter == "draft_model" else (
+        {"random_init": True, "tree_size": 12} if drafter == "ppd" else None)
+    if drafter == "layer_skip":  # without an exit (which reads once a depth: above)
+        drafter = LayerSkipDrafter(LayerSkipOptions(skip={"mlp": [0]}, max_draft=4, schedule="own", adaptive=False,
+                                                    goodput_exit=False))
+    per_step, where, out = reads_per_step(target, PROMPTS[:batch], drafter, options, False, 16, verifier=verifier,
+                                          temperature=0.8, seed=3)
+    assert per_step and max(per_step) <= BUDGET, f"reads per step: {per_step}, {where.most_common(5)}"
+    assert len(per_step) > 1 and (drafter == "none" or out.stats.drafted_tokens > 0)

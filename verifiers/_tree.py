@@ -4,19 +4,61 @@ loops run once per tree level at most."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from specdec.draft import Draft, DraftHost
 
-def child_table(parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+
+@dataclass(frozen=True)
+class TreeShape:
+    """What a verifier's per-level loops need to know about a draft, on the host: how many levels, and at each
+    level at most how many children a node has (the row's nodes one level deeper bound them, also after equal
+    token paths are merged). Read from the drafter's host view, so the loops run with nothing read back."""
+
+    sizes: list[int]  # real nodes per row
+    level_children: list[int]  # per level d (the root's children at d = 0), a bound on any node's children
+
+    @property
+    def depth(self) -> int:
+        return len(self.level_children)
+
+    @property
+    def ranks(self) -> int:
+        return max(self.level_children, default=0)
+
+    @classmethod
+    def of(cls, draft: Draft) -> TreeShape:
+        """From the draft's host view (nothing read back), else from its index data (two reads)."""
+        host = draft.host
+        if host is None:
+            sizes = draft.num_nodes.tolist()
+            host = DraftHost(sizes, False, [row[:n] for row, n in zip(draft.parents.tolist(), sizes)])
+        per_level: list[int] = []
+        for b in range(len(host.sizes)):
+            depths: list[int] = []
+            counts: dict[int, int] = {}
+            for parent in host.parents_of(b):
+                depths.append(1 if parent < 0 else depths[parent] + 1)
+                counts[depths[-1]] = counts.get(depths[-1], 0) + 1
+            for depth, count in counts.items():
+                per_level.extend([0] * (depth - len(per_level)))
+                per_level[depth - 1] = max(per_level[depth - 1], count)
+        return cls(list(host.sizes), per_level)
+
+
+def child_table(parents: torch.Tensor, valid: torch.Tensor, ranks: int | None = None) -> torch.Tensor:
     """Children of every node in sibling order (ascending node index).
 
     Returns [B, N + 1, R] long: entry [b, s, r] is the r-th child of slot s (slot 0 = the root,
-    slot 1 + i = node i), or -1. R is the largest number of children any node has (0 if no nodes).
+    slot 1 + i = node i), or -1. R is `ranks` when given (a bound on any node's children, `TreeShape.ranks`:
+    nothing is read back), else the largest number of children any node has (read back; 0 if no nodes).
     Built with one sort, so it costs O(B N log N) regardless of the tree's shape.
     """
     batch, width = parents.shape
     device = parents.device
-    if width == 0 or not bool(valid.any()):
+    if width == 0 or ranks == 0 or (ranks is None and not bool(valid.any())):
         return torch.full((batch, width + 1, 0), -1, dtype=torch.long, device=device)
     slot = torch.where(valid, parents + 1, width + 1)  # invalid nodes go to a dummy slot N + 1
     index = torch.arange(width, device=device).expand(batch, width)
@@ -26,10 +68,13 @@ def child_table(parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     group_start[:, 1:] = sorted_slot[:, 1:] != sorted_slot[:, :-1]
     start_position = torch.where(group_start, index, 0).cummax(dim=1).values
     rank = torch.empty_like(index).scatter_(1, order, index - start_position)
-    ranks = int(rank[valid].max()) + 1
+    if ranks is None:
+        ranks = int(rank[valid].max()) + 1
     table = torch.full((batch, width + 2, ranks), -1, dtype=torch.long, device=device)
     rows = torch.arange(batch, device=device)[:, None].expand(batch, width)
-    table[rows[valid], slot[valid], rank[valid]] = index[valid]
+    # Every entry written, the invalid ones as -1 into the dummy slot's first rank (dropped below): no boolean
+    # indexing, whose output size the device would have to report. A valid rank past `ranks` raises.
+    table[rows, slot, torch.where(valid, rank, 0)] = torch.where(valid, index, -1)
     return table[:, : width + 1]
 
 
@@ -65,19 +110,24 @@ def canonical_nodes(tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Te
     return canon
 
 
-def sum_along_paths(values: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def sum_along_paths(values: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor,
+                    depth: int | None = None) -> torch.Tensor:
     """[B, N]: for every node, the sum of `values` over the node and all its ancestors.
 
     Pointer jumping: after k rounds each node has summed 2^k ancestors, so it takes log2(depth)
-    rounds of vectorised gathers. Invalid nodes get 0.
+    rounds of vectorised gathers: for a tree `depth` levels deep exactly that many (nothing read back), else
+    until no node has an ancestor left (a read per round). Invalid nodes get 0.
     """
     total = torch.where(valid, values, torch.zeros_like(values))
     if parents.shape[1] == 0:
         return total
     jump = torch.where(valid, parents, -1)
-    while bool((jump >= 0).any()):
+    rounds = None if depth is None else max(depth - 1, 0).bit_length()  # 2^rounds >= depth - 1 ancestors
+    while (bool((jump >= 0).any()) if rounds is None else rounds > 0):
         has = jump >= 0
         safe = jump.clamp(min=0)
         total = total + torch.where(has, total.gather(1, safe), torch.zeros_like(total))
         jump = torch.where(has, jump.gather(1, safe), -1)
+        if rounds is not None:
+            rounds -= 1
     return total

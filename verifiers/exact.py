@@ -9,6 +9,7 @@ sample of the target (see `ExactVerifier.verify`), which keeps trees with duplic
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from specdec.draft import Draft, Verdict, node_depths, path_to
@@ -56,6 +57,16 @@ def longest_accepted_path(
     return path_to(parents, deepest, length, draft.width, rounds), length, deepest
 
 
+def draft_draws(draft: Draft) -> np.ndarray | torch.Tensor:
+    """[B, 1 + N] bool: the root and every real node, the positions a sampling verifier draws at, so that a row's
+    random stream depends only on its own draft. From the drafter's host view when it has one (nothing read
+    back), else the draft's node mask (read by the sampler)."""
+    if draft.host is not None:
+        return np.arange(1 + draft.width)[None, :] <= np.asarray(draft.host.sizes)[:, None]
+    return torch.cat([torch.ones(draft.batch_size, 1, dtype=torch.bool, device=draft.tokens.device),
+                      draft.node_mask()], dim=1)
+
+
 def _is_chain(draft: Draft, valid: torch.Tensor | None) -> bool:
     """From the drafter's host view when it has one (no device read), else from the parents."""
     if draft.host is not None:
@@ -76,9 +87,9 @@ class ExactVerifier(Verifier):
     ) -> Verdict:
         used = None  # sampling draws once at the root and at every real node (none for padding)
         if not sampling.greedy:
-            used = torch.cat([torch.ones(draft.batch_size, 1, dtype=torch.bool), draft.node_mask().cpu()], dim=1)
-            used = used.to(logits.device)
-        choice = sample_or_argmax(logits, sampling, generator, used)  # [B, 1 + N]
+            used = draft_draws(draft)
+        # unchecked: the engine judges the bonus on the host, where a distribution without mass shows
+        choice = sample_or_argmax(logits, sampling, generator, used, checked=False)  # [B, 1 + N]
         if draft.width == 0:
             empty = torch.zeros(draft.batch_size, 0, dtype=torch.long, device=choice.device)
             return Verdict(empty, torch.zeros(draft.batch_size, dtype=torch.long, device=choice.device),

@@ -5,6 +5,7 @@ target alone, at any temperature, top-k and top-p (proven empirically by tests/t
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from specdec.draft import Draft, Verdict, path_to
@@ -12,7 +13,7 @@ from specdec.plugins import Verifier
 from specdec.rng import RandomSource, uniform
 from specdec.sampling import SamplingParams, process_logits, sample
 
-from ._tree import canonical_nodes, child_table
+from ._tree import TreeShape, canonical_nodes, child_table
 
 
 class RejectionVerifier(Verifier):
@@ -48,7 +49,10 @@ class RejectionVerifier(Verifier):
     processed p is one-hot, so exactly the argmax path is accepted and the bonus is the argmax:
     the output equals greedy decoding.
 
-    Vectorised over rows; Python loops run only over tree depth and sibling rank.
+    Vectorised over rows; Python loops run only over tree depth and sibling rank, as many as the draft's host
+    view says (`TreeShape`), so a step reads nothing back from the device. Each node's coin is drawn up front,
+    one uniform per real node from the row's own stream: a node is tried at most once, so the coins are
+    independent as the rule needs, and a row's stream depends only on its own draft's size.
     """
 
     name = "rejection"
@@ -70,28 +74,30 @@ class RejectionVerifier(Verifier):
             q_all = None if draft.q is None else draft.q.to(device)
             valid = draft.node_mask().to(device)
             parents = torch.where(valid, draft.parents.to(device), -1)  # padding entries may hold anything
-            canon = canonical_nodes(tokens, parents, valid)
+            shape = TreeShape.of(draft)  # levels and children per level, on the host: the loops read nothing back
+            canon = canonical_nodes(tokens, parents, valid, span=p_all.shape[-1], rounds=shape.depth)
             canon_parents = torch.where(parents >= 0, canon.gather(1, parents.clamp(min=0)), -1)
-            children = child_table(canon_parents, valid)
+            children = child_table(canon_parents, valid, shape.ranks)
+            # One uniform per real node, drawn up front (a node is tried at most once): a row draws as many as
+            # it has nodes, whatever the verdict, so nothing about the verdict is read to know whom to draw for.
+            drawn = np.arange(width)[None, :] < np.asarray(shape.sizes)[:, None]
+            coins = uniform(generator, drawn, device=device)
             current = torch.full((batch,), -1, dtype=torch.long, device=device)  # trie node; -1 = the root
             last = torch.full((batch,), -1, dtype=torch.long, device=device)  # last accepted real node
             descending = torch.ones(batch, dtype=torch.bool, device=device)
-            for _ in range(width):  # one tree level per iteration
+            for level_children in shape.level_children:  # one tree level per iteration
                 siblings = children[rows, current + 1]  # [B, R]
                 accepted = torch.zeros(batch, dtype=torch.bool, device=device)
-                for rank in range(siblings.shape[1]):
+                for rank in range(level_children):
                     child = siblings[:, rank]
                     trying = descending & ~accepted & (child >= 0)
-                    if not bool(trying.any()):
-                        break
                     node = child.clamp(min=0)
                     token = tokens[rows, node]
                     q = None if q_all is None else q_all[rows, node].float()  # [B, V]
                     p_x = residual.gather(1, token[:, None]).squeeze(1)
                     q_x = torch.ones_like(p_x) if q is None else q.gather(1, token[:, None]).squeeze(1)
-                    coin = uniform(generator, trying)  # only rows still trying use a draw
                     # u < P(x)/q(x), written without division; strict so P(x) = 0 is never accepted.
-                    take = trying & (coin * q_x < p_x)
+                    take = trying & (coins[rows, node] * q_x < p_x)
                     reject = trying & ~take
                     residual = torch.where(reject[:, None], self.residual_after_rejection(residual, token, q),
                                            residual)
@@ -101,10 +107,9 @@ class RejectionVerifier(Verifier):
                     accepted |= take
                 length += accepted.long()
                 descending &= accepted
-                if not bool(descending.any()):
-                    break
-            path = path_to(parents, last, length, width)
-        bonus = residual.argmax(dim=-1) if sampling.greedy else sample(residual, generator)
+            path = path_to(parents, last, length, width, shape.depth)
+        # unchecked: the engine judges the bonus on the host, where a distribution without mass shows
+        bonus = residual.argmax(dim=-1) if sampling.greedy else sample(residual, generator, checked=False)
         return Verdict(path, length, bonus)
 
     @staticmethod

@@ -75,9 +75,11 @@ class TypicalVerifier(Verifier):
             p_token = p_all[rows, parent_slot, tokens]  # [B, N]: p_parent(x)
             threshold = typical_thresholds(p_all, options.epsilon, options.delta)  # [B, 1 + N]
             ok = valid & (p_token > threshold.gather(1, parent_slot))
-            path_logp = sum_along_paths(torch.log(p_token.clamp(min=1e-30)), parents, valid)
-            path, length, deepest = longest_accepted_path(draft, ok, tie_score=path_logp)
+            depth = draft.host.depth() if draft.host is not None else None  # (host view: nothing read back)
+            path_logp = sum_along_paths(torch.log(p_token.clamp(min=1e-30)), parents, valid, depth)
+            path, length, deepest = longest_accepted_path(draft, ok, tie_score=path_logp, rounds=depth)
             end = deepest + 1
         p_end = p_all[torch.arange(batch, device=device), end]
-        bonus = p_end.argmax(dim=-1) if sampling.greedy else sample(p_end, generator)
+        # unchecked: the engine judges the bonus on the host, where a distribution without mass shows
+        bonus = p_end.argmax(dim=-1) if sampling.greedy else sample(p_end, generator, checked=False)
         return Verdict(path, length, bonus)

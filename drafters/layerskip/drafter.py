@@ -223,7 +223,10 @@ class LayerSkipDrafter(Drafter):
                 chosen = logits.argmax(dim=-1)
             else:
                 q = process_logits(logits, state.sampling)
-                chosen = sample(q, state.generator, growing)  # draws only for growing rows
+                # Draws for the rows the host knows may grow (those past a drafted eos too: a row's stream still
+                # depends on its own draft alone), with nothing read back; a q that is not a distribution draws
+                # out of the vocabulary, clamped here and refused when the engine reads the step back (its q check).
+                chosen = sample(q, state.generator, growing_host, checked=False).clamp(max=q.shape[-1] - 1)
                 q_rows.append(self._full_vocab(q, head))
             tokens[:, depth] = chosen if head is None else head[chosen]
             lengths += growing
