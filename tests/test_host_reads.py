@@ -96,7 +96,7 @@ def test_layer_skips_goodput_exit_reads_once_a_depth_more(target, batch):
     ("layer_skip", "rejection"), ("layer_skip", "exact")])
 def test_a_sampled_step_reads_the_device_at_most_twice(target, drafter, verifier, batch):
     """Sampling keeps the budget too (before: 6 reads a step for plain sampled decoding, 28 for PPD's trees under
-    rejection sampling, 56 for a draft model's sampled chains): the rows that draw are known on the host, so the
+    rejection sampling, 43-50 for a draft model's sampled chains): the rows that draw are known on the host, so the
     per-row random streams need no read; a sampled distribution without mass shows as a token outside the
     vocabulary, judged in the step's read-back; rejection sampling draws each node's coin up front and runs its
     levels and siblings as the draft's host view says. Each drafter's own rule, so that every step drafts."""

@@ -122,7 +122,7 @@ def sum_along_paths(values: torch.Tensor, parents: torch.Tensor, valid: torch.Te
     if parents.shape[1] == 0:
         return total
     jump = torch.where(valid, parents, -1)
-    rounds = None if depth is None else max(depth - 1, 0).bit_length()  # 2^rounds >= depth - 1 ancestors
+    rounds = None if depth is None else max(depth - 1, 0).bit_length()  # 2^rounds >= depth: a whole path
     while (bool((jump >= 0).any()) if rounds is None else rounds > 0):
         has = jump >= 0
         safe = jump.clamp(min=0)

@@ -57,7 +57,7 @@ def longest_accepted_path(
     return path_to(parents, deepest, length, draft.width, rounds), length, deepest
 
 
-def draft_draws(draft: Draft) -> np.ndarray | torch.Tensor:
+def _draft_draws(draft: Draft) -> np.ndarray | torch.Tensor:
     """[B, 1 + N] bool: the root and every real node, the positions a sampling verifier draws at, so that a row's
     random stream depends only on its own draft. From the drafter's host view when it has one (nothing read
     back), else the draft's node mask (read by the sampler)."""
@@ -87,7 +87,7 @@ class ExactVerifier(Verifier):
     ) -> Verdict:
         used = None  # sampling draws once at the root and at every real node (none for padding)
         if not sampling.greedy:
-            used = draft_draws(draft)
+            used = _draft_draws(draft)
         # unchecked: the engine judges the bonus on the host, where a distribution without mass shows
         choice = sample_or_argmax(logits, sampling, generator, used, checked=False)  # [B, 1 + N]
         if draft.width == 0:
