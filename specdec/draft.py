@@ -54,17 +54,27 @@ class DraftHost:
     def parents_of(self, row: int) -> list[int]:
         return list(range(-1, self.sizes[row] - 1)) if self.parents is None else self.parents[row]
 
+    def level_sizes(self) -> list[list[int]]:
+        """Per row, its node count at each depth (index d - 1 for depth d; children of the root have depth 1),
+        known without reading the device."""
+        if self.parents is None:
+            return [[1] * size for size in self.sizes]
+        levels = []
+        for row in self.parents:
+            depths: list[int] = []
+            counts: list[int] = []
+            for parent in row:
+                depths.append(1 if parent < 0 else depths[parent] + 1)
+                counts.extend([0] * (depths[-1] - len(counts)))
+                counts[depths[-1] - 1] += 1
+            levels.append(counts)
+        return levels
+
     def row_depths(self) -> list[int]:
         """Each row's deepest node (children of the root have depth 1), known without reading the device."""
         if self.parents is None:
             return list(self.sizes)
-        deepest = []
-        for row in self.parents:
-            depths: list[int] = []
-            for parent in row:
-                depths.append(1 if parent < 0 else depths[parent] + 1)
-            deepest.append(max(depths, default=0))
-        return deepest
+        return [len(counts) for counts in self.level_sizes()]
 
     def depth(self) -> int:
         """The deepest node over the rows: how many rounds a per-level loop over the tree needs."""
@@ -112,6 +122,21 @@ class Draft:
         return Draft(self.tokens.to(device), self.parents.to(device), self.num_nodes.to(device),
                      None if self.q is None else self.q.to(device), self.extra,
                      None if self.scores is None else self.scores.to(device), self.host)
+
+    def host_view(self) -> DraftHost:
+        """The drafter's host view, else one read back from the device (the engine's validation attaches one
+        to every draft a verifier sees; a verifier called directly may get a draft without)."""
+        if self.host is not None:
+            return self.host
+        sizes = self.num_nodes.tolist()
+        width = self.width
+        parents = [row[: max(0, min(n, width))] for row, n in zip(self.parents.tolist(), sizes)] if width else [
+            [] for _ in sizes]
+        chain = all(row == list(range(-1, len(row) - 1)) for row in parents)
+        scores = None
+        if self.scores is not None and width and isinstance(self.scores, torch.Tensor):
+            scores = [row[: max(0, min(n, width))] for row, n in zip(self.scores.float().tolist(), sizes)]
+        return DraftHost(sizes, chain, None if chain else parents, scores)
 
     def node_mask(self) -> torch.Tensor:
         """[B, N] bool: which entries are real nodes."""

@@ -42,7 +42,7 @@ def validate_draft(
             raise _fail(drafter, f"{name} is on device {tensor.device}; put drafts on the model's device "
                         f"({device}) or the CPU")
     width = tokens.shape[1]
-    host = draft.host if draft.host is not None else _read_host(draft)
+    host = draft.host_view()
     if len(host.sizes) != batch:
         raise _fail(drafter, f"its host view has {len(host.sizes)} rows, not {batch}")
     if any(c < 0 or c > width for c in host.sizes):
@@ -78,20 +78,6 @@ def validate_draft(
     if width == 0 and draft.extra is None:  # no values to check: its sizes (all 0) were checked above
         return moved, None
     return moved, DraftCheck(moved, vocab_size, _float_problems(moved))
-
-
-def _read_host(draft: Draft) -> DraftHost:
-    """The host view of a draft whose drafter gave none: read back from the device (counted against the
-    step's reads; `Draft.chain` and `Draft.from_rows` give one)."""
-    sizes = draft.num_nodes.tolist()
-    width = draft.width
-    parents = [row[: max(0, min(n, width))] for row, n in zip(draft.parents.tolist(), sizes)] if width else [
-        [] for _ in sizes]
-    chain = all(row == list(range(-1, len(row) - 1)) for row in parents)
-    scores = None
-    if draft.scores is not None and width and isinstance(draft.scores, torch.Tensor):
-        scores = [row[: max(0, min(n, width))] for row, n in zip(draft.scores.float().tolist(), sizes)]
-    return DraftHost(sizes, chain, None if chain else parents, scores)
 
 
 @dataclass
@@ -226,7 +212,7 @@ def prune_draft(draft: Draft, max_depth: Sequence[int] | torch.Tensor | np.ndarr
     batch = draft.batch_size
     limits = _host_list(max_depth, batch)
     extra_limits = None if extra_max_depth is None else _host_list(extra_max_depth, batch)
-    host = draft.host if draft.host is not None else _read_host(draft)
+    host = draft.host_view()
     if draft.extra is None and host.chain:  # a chain is pruned by clamping its length (every step)
         counts = [max(0, min(n, limit)) for n, limit in zip(host.sizes, limits)]
         return draft if counts == host.sizes else narrow_draft(draft, counts, host)
@@ -293,7 +279,7 @@ def _restrict(draft: Draft, keep: list[list[bool]] | None, node_max_depth: list[
     earlier entries, so one pass in order settles depths and survival); the tensors are then gathered
     once each. The draft itself comes back when nothing is dropped and it is already narrow."""
     batch, width = draft.batch_size, draft.width
-    host = draft.host if draft.host is not None else _read_host(draft)
+    host = draft.host_view()
     counts = list(host.sizes)
     parents = [host.parents_of(b) for b in range(batch)]
     extra = draft.extra
@@ -395,7 +381,7 @@ def validate_verdict(verdict: Verdict, draft: Draft, verifier: str, vocab_size: 
     """Every check at once, raising on the first problem (reads the verdict back: for tests and tools; the
     engine judges the values it reads back anyway, `verdict_problem`). `draft` needs its host view."""
     check_verdict_shapes(verdict, draft, verifier)
-    host = draft.host if draft.host is not None else _read_host(draft)
+    host = draft.host_view()
     counts = verdict.num_accepted.tolist()
     columns = verdict.accepted.shape[1] if draft.width else 0
     paths = [row[: max(0, min(count, columns))] for row, count in zip(verdict.accepted.tolist(), counts)] if columns \

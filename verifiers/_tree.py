@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.draft import Draft, DraftHost
+from specdec.draft import Draft
 
 
 @dataclass(frozen=True)
@@ -30,22 +30,12 @@ class TreeShape:
 
     @classmethod
     def of(cls, draft: Draft) -> TreeShape:
-        """From the draft's host view (nothing read back), else from its index data (two reads)."""
-        host = draft.host
-        if host is None:
-            sizes = draft.num_nodes.tolist()
-            host = DraftHost(sizes, False, [row[:n] for row, n in zip(draft.parents.tolist(), sizes)])
-        per_level: list[int] = []
-        for b in range(len(host.sizes)):
-            depths: list[int] = []
-            counts: dict[int, int] = {}
-            for parent in host.parents_of(b):
-                depths.append(1 if parent < 0 else depths[parent] + 1)
-                counts[depths[-1]] = counts.get(depths[-1], 0) + 1
-            for depth, count in counts.items():
-                per_level.extend([0] * (depth - len(per_level)))
-                per_level[depth - 1] = max(per_level[depth - 1], count)
-        return cls(list(host.sizes), per_level)
+        """From the draft's host view (nothing read back; without one, read once: `Draft.host_view`)."""
+        host = draft.host_view()
+        rows = host.level_sizes()
+        levels = max((len(counts) for counts in rows), default=0)
+        return cls(list(host.sizes), [max(counts[d] if d < len(counts) else 0 for counts in rows)
+                                      for d in range(levels)])
 
 
 def child_table(parents: torch.Tensor, valid: torch.Tensor, ranks: int | None = None) -> torch.Tensor:
