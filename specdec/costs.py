@@ -60,6 +60,17 @@ CONTEXT_BAND_RATIO = 4
 CONTEXT_BANDS = 4
 #: A drafter's cost is fitted on `draft_features`: [1, levels, nodes, lag, nodes * context / CONTEXT_UNIT].
 DRAFT_FEATURES = 5
+#: The fit's ridge per feature (`LinearFit`): per node, a prior worth a few batch drafts that a draft's time goes per
+#: forward (level), not per row in it. At batch 1 a chain's levels equal its nodes, so its drafts cannot tell the two
+#: apart and the ridge alone splits them: equally, with one small ridge for all, so a batch of 4 priced a 3-token
+#: draft of the bundled draft at 15.3 ms where it took 7.95 ms (8 rows: 26.6 against 12.8), no draft paid, and the
+#: controller never drafted the batch that would have corrected it (constant 3-token drafts ran 1.11-1.16x of batched
+#: plain decoding there, the controller 0.96x); and the first few batch drafts, noisy (one catch-up cost twice
+#: another), then set the split alone. A small model's forward is mostly its weights on a CPU (~85% per level here)
+#: and more so on a GPU; a batch's drafts, where nodes outnumber levels, move the split as they come. The per-node
+#: context term gets a little ridge too, so that a batch's per-row cost seen at one context lands on the nodes, not on
+#: a context slope it cannot show; across contexts (a few dozen drafts at batch 1) the slope is learnt as before.
+DRAFT_RIDGE = (1e-4, 1e-4, 30.0, 1e-4, 1.0)
 CONTEXT_UNIT = 1024.0
 #: Free looks (a drafter proposing all it can, `specdec.controller`) whose seconds are kept per drafter.
 LOOK_SAMPLES = 5
@@ -233,12 +244,14 @@ class LinearFit:
     """Exponentially weighted least squares, seconds ~ w . features, from decayed sufficient statistics
     with a small ridge: stable however little the features vary (recursive least squares with forgetting
     blows up along directions a drafter never explores, e.g. levels == nodes at batch 1, and then
-    predicts nonsense). An unseen drafter costs nothing until measured. A few features, solved per update."""
+    predicts nonsense). Along such a direction the ridge alone decides how the cost is split between the
+    features: `ridge` per feature (a number: the same for all) puts it where the ridge is smallest
+    (`DRAFT_RIDGE`). An unseen drafter costs nothing until measured. A few features, solved per update."""
 
-    def __init__(self, size: int, forgetting: float = 0.97, ridge: float = 1e-4) -> None:
+    def __init__(self, size: int, forgetting: float = 0.97, ridge: float | tuple[float, ...] = 1e-4) -> None:
         self.size = size
         self.forgetting = forgetting
-        self.ridge = ridge
+        self.ridge = np.diag(np.broadcast_to(np.asarray(ridge, dtype=np.float64), (size,)))
         self.xx = np.zeros((size, size))
         self.xy = np.zeros(size)
         self._weights: list[float] | None = [0.0] * size  # None: stale, solved at the next read
@@ -249,7 +262,7 @@ class LinearFit:
         """Solved when read, not per update: the fast paths only update (a solve per step cost more than
         a free drafter's whole look)."""
         if self._weights is None:
-            solved = np.linalg.solve(self.xx + self.ridge * np.eye(self.size), self.xy)
+            solved = np.linalg.solve(self.xx + self.ridge, self.xy)
             self._weights = [float(w) for w in solved]
         return self._weights
 
@@ -587,7 +600,7 @@ class CostModel:
         rows' mean context (`draft_features`)."""
         if nodes <= 0:
             return
-        fit = self.live.drafters.setdefault(name, LinearFit(DRAFT_FEATURES))
+        fit = self.live.drafters.setdefault(name, LinearFit(DRAFT_FEATURES, ridge=DRAFT_RIDGE))
         fit.update(draft_features(levels, nodes, lag, context), seconds)
 
     def observe_look(self, name: str, seconds: float) -> None:

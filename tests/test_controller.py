@@ -312,6 +312,29 @@ def test_linear_fit_learns_a_drafters_cost():
     assert fit.predict([1.0, 4, 4]) == pytest.approx(0.018, rel=0.05)
 
 
+
+def test_a_draft_learnt_from_lone_chains_prices_a_batch_by_its_forwards():
+    """At batch 1 a chain's levels equal its nodes, so its timings cannot split a draft's cost between forwards and
+    rows; the fit puts it on the forwards (`DRAFT_RIDGE`) and lets a batch's own drafts move it. Split equally (one
+    ridge for all), a batch of 4 was priced at 1.8x what it cost, and no batch draft was ever tried."""
+    def seconds(levels: int, nodes: int) -> float:  # a small draft model: 1.4 ms a forward, 0.2 ms a row in it
+        return 0.0005 + 0.0014 * levels + 0.0002 * nodes
+
+    costs = CostModel("test")
+    for k in [1, 2, 3, 5, 7, 4, 2, 6] * 6:
+        costs.observe_draft("d", k, k, seconds(k, k), 0.0, 100.0)
+    table = costs.table()
+    assert table.draft("d", 3, 3, 0.0, 100.0) == pytest.approx(seconds(3, 3), rel=0.02)  # batch 1: as measured
+    truth = seconds(3, 12)
+    assert 0.7 * truth < table.draft("d", 3, 12, 0.0, 100.0) < 1.05 * truth  # batch 4, before any batch draft
+    equal = LinearFit(DRAFT_FEATURES)  # the single ridge's split
+    for k in [1, 2, 3, 5, 7, 4, 2, 6] * 6:
+        equal.update(draft_features(k, k, 0.0, 100.0), seconds(k, k))
+    assert equal.predict(draft_features(3, 12, 0.0, 100.0)) > 1.5 * truth
+    for k in [1, 3, 2, 4]:  # a few drafts of a batch of 4 bring its price to what it costs
+        costs.observe_draft("d", k, 4 * k, seconds(k, 4 * k), 0.0, 100.0)
+    assert costs.table().draft("d", 3, 12, 0.0, 100.0) == pytest.approx(truth, rel=0.1)
+
 def test_acceptance_estimates_move_with_verdicts_and_stay_monotone():
     est = RowAcceptance()
     prior = est.probs(4)
