@@ -312,7 +312,6 @@ def test_linear_fit_learns_a_drafters_cost():
     assert fit.predict([1.0, 4, 4]) == pytest.approx(0.018, rel=0.05)
 
 
-
 def test_a_draft_learnt_from_lone_chains_prices_a_batch_by_its_forwards():
     """At batch 1 a chain's levels equal its nodes, so its timings cannot split a draft's cost between forwards and
     rows; the fit puts it on the forwards (`DRAFT_RIDGE`) and lets a batch's own drafts move it. Split equally (one
@@ -334,6 +333,7 @@ def test_a_draft_learnt_from_lone_chains_prices_a_batch_by_its_forwards():
     for k in [1, 3, 2, 4]:  # a few drafts of a batch of 4 bring its price to what it costs
         costs.observe_draft("d", k, 4 * k, seconds(k, 4 * k), 0.0, 100.0)
     assert costs.table().draft("d", 3, 12, 0.0, 100.0) == pytest.approx(truth, rel=0.1)
+
 
 def test_acceptance_estimates_move_with_verdicts_and_stay_monotone():
     est = RowAcceptance()
