@@ -66,10 +66,11 @@ DRAFT_FEATURES = 5
 #: draft of the bundled draft at 2-3x what it took (15.3-30.7 ms against 8.0-11.0 ms; 8 rows: 2-3.3x), no draft
 #: paid, and the controller never drafted the batch that would have corrected it (constant 3-token drafts ran
 #: 1.11-1.16x of batched plain decoding there, the controller 0.96x); and the first few batch drafts, noisy (one
-#: catch-up cost twice another), then set the split alone. A small model's forward is mostly its weights on a CPU (~85% per level here)
-#: and more so on a GPU; a batch's drafts, where nodes outnumber levels, move the split as they come. The per-node
-#: context term gets a little ridge too, so that a batch's per-row cost seen at one context lands on the nodes, not on
-#: a context slope it cannot show; across contexts (a few dozen drafts at batch 1) the slope is learnt as before.
+#: catch-up cost twice another), then set the split alone. A small model's forward is mostly its weights on a CPU
+#: (~85% per level here) and more so on a GPU; a batch's drafts, where nodes outnumber levels, move the split as they
+#: come. The per-node context term gets a little ridge too, so that a batch's per-row cost seen at one context lands on
+#: the nodes, not on a context slope it cannot show; across contexts (a few dozen drafts at batch 1) the slope is
+#: learnt as before.
 DRAFT_RIDGE = (1e-4, 1e-4, 30.0, 1e-4, 1.0)
 CONTEXT_UNIT = 1024.0
 #: Free looks (a drafter proposing all it can, `specdec.controller`) whose seconds are kept per drafter.
