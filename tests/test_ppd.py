@@ -552,6 +552,7 @@ def test_ppd_draft_model_prefills_a_rows_prompt_and_drafts_its_greedy_chain_past
 
     if plain:
         monkeypatch.setattr(module, "row_forward_seconds", lambda model: lambda width: 1e-3 * width)
+        monkeypatch.setattr(module, "plain_forward_seconds", lambda draft, plan, repeats=9: 1e-3)  # no tree pays
     target, draft = build("gemma2", seed=0), build_draft("gemma2", seed=1)
     prefills, prefill = [], TargetRunner.prefill
     monkeypatch.setattr(TargetRunner, "prefill", lambda self, ids, lengths: prefills.append(
@@ -621,6 +622,9 @@ def test_ppd_draft_model_drafts_with_plain_forwards_where_no_tree_pays(arch, mon
 
     sized = []
     monkeypatch.setattr(module, "row_forward_seconds", lambda model: sized.append(model) or (lambda width: 1e-3 * width))
+    # The plain loop's token priced like one input of the tree's forward (measured, it read slower than 1 ms while
+    # another test process shared the CPU, and a 2-node tree won): a tree's tau never reaches its input count.
+    monkeypatch.setattr(module, "plain_forward_seconds", lambda draft, plan, repeats=9: 1e-3)
     target = tiny_model(arch, seed=0)
     drafter = PPDDraftModelDrafter(PPDDraftModelOptions(model=target, random_init=True, k=4))
     for prompt in ([5, 6, 7], list(range(3, 20))):
