@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag", "overall")
@@ -34,28 +35,37 @@ def no_draft_shares(folder: Path) -> dict[str, float]:
     return shares
 
 
-def sample_ratios(folder: Path, clock: str, best: bool) -> dict[str, dict[str, float]]:
-    """Ratios over `none` recomputed from cells.jsonl with the harness's definition (mean per-sample
-    tokens/s over the mean of none's), on `clock` ("wall_times" or "cpu_times"), either over every repeat
-    or each sample's fastest repeat (`best`: another job on the machine only ever adds time)."""
-    speeds: dict[str, dict[str, list[float]]] = {}
+def sample_times(folder: Path, clock: str) -> Iterator[tuple[str, str, int, list[float]]]:
+    """Per sample of the specdec cells in cells.jsonl: its cell's label, its category, its tokens and its
+    seconds on `clock` ("wall_times" or "cpu_times") per repeat, its turns summed."""
     for line in (folder / "cells.jsonl").read_text().splitlines():
         record = json.loads(line)
         if record["status"] != "ok" or record["cell"].get("method") != "specdec":
             continue
         label = record["cell"].get("label") or record["cell_id"]
         calls = record["calls"]
-        per_category: dict[str, list[float]] = {}
         for sample in record["samples"]:
             tokens = sum(len(turn["tokens"]) for turn in sample["turns"])
             repeats = len(calls[sample["turns"][0]["call"]][clock])
             times = [sum(calls[turn["call"]][clock][r] for turn in sample["turns"]) for r in range(repeats)]
-            values = [tokens / min(times)] if best else [tokens / t for t in times]
-            for category in (sample["category"], "overall"):
-                per_category.setdefault(category, []).extend(values)
-        speeds[label] = {c: sum(v) / len(v) for c, v in per_category.items()}
+            yield label, sample["category"], tokens, times
+
+
+def over_none(speeds: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     base = speeds["none"]
     return {label: {c: v[c] / base[c] for c in CATEGORIES} for label, v in speeds.items()}
+
+
+def sample_ratios(folder: Path, clock: str, best: bool) -> dict[str, dict[str, float]]:
+    """Ratios over `none` recomputed from cells.jsonl with the harness's definition (mean per-sample
+    tokens/s over the mean of none's), on `clock`, either over every repeat or each sample's fastest repeat
+    (`best`: another job on the machine only ever adds time)."""
+    values: dict[str, dict[str, list[float]]] = {}
+    for label, category, tokens, times in sample_times(folder, clock):
+        speeds = [tokens / min(times)] if best else [tokens / t for t in times]
+        for key in (category, "overall"):
+            values.setdefault(label, {}).setdefault(key, []).extend(speeds)
+    return over_none({label: {c: sum(v) / len(v) for c, v in cats.items()} for label, cats in values.items()})
 
 
 def pooled_ratios(folder: Path, clock: str) -> dict[str, dict[str, float]]:
@@ -63,24 +73,12 @@ def pooled_ratios(folder: Path, clock: str) -> dict[str, dict[str, float]]:
     number, which averages per-sample speeds and so weighs a 9-token translation answer like a 128-token one;
     shown beside it to tell a cell that is slower from one whose short answers are."""
     totals: dict[str, dict[str, list[float]]] = {}
-    for line in (folder / "cells.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if record["status"] != "ok" or record["cell"].get("method") != "specdec":
-            continue
-        label = record["cell"].get("label") or record["cell_id"]
-        calls = record["calls"]
-        per_category = totals.setdefault(label, {})
-        for sample in record["samples"]:
-            tokens = sum(len(turn["tokens"]) for turn in sample["turns"])
-            times = [calls[turn["call"]][clock] for turn in sample["turns"]]
-            seconds = sum(sum(t) / len(t) for t in times)
-            for category in (sample["category"], "overall"):
-                tokens_seconds = per_category.setdefault(category, [0.0, 0.0])
-                tokens_seconds[0] += tokens
-                tokens_seconds[1] += seconds
-    speeds = {label: {c: t / s for c, (t, s) in v.items()} for label, v in totals.items()}
-    base = speeds["none"]
-    return {label: {c: v[c] / base[c] for c in CATEGORIES} for label, v in speeds.items()}
+    for label, category, tokens, times in sample_times(folder, clock):
+        for key in (category, "overall"):
+            tokens_seconds = totals.setdefault(label, {}).setdefault(key, [0.0, 0.0])
+            tokens_seconds[0] += tokens
+            tokens_seconds[1] += sum(times) / len(times)
+    return over_none({label: {c: t / s for c, (t, s) in cats.items()} for label, cats in totals.items()})
 
 
 def repeat_count(folder: Path) -> int:
