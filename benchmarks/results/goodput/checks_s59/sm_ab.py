@@ -6,21 +6,13 @@ import sys
 import time
 from unittest import mock
 
-import torch
-from specdec.benchmarks.datasets import PromptBuilder, load_dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from _second_pair import calls, draft
+from _second_pair import target as tgt
 
 import specdec
 import specdec.costs
 from specdec.costs import CostModel, device_key
-from specdec.target import context_length
 
-torch.set_num_threads(1)
-tgt = AutoModelForCausalLM.from_pretrained("/work/second/target", dtype=torch.float32).eval()
-draft = AutoModelForCausalLM.from_pretrained("/work/second/draft128/final", dtype=torch.float32).eval()
-tok = AutoTokenizer.from_pretrained("/work/second/target")
-builder = PromptBuilder(tok, context_length(tgt), 64)
-calls = [(s.category, builder.encode([], s.turns[0])[0]) for s in load_dataset("spec_bench", per_category=2)]
 rounds, cells = int(sys.argv[1]), sys.argv[2:]
 def run(cell, ids, cm):
     name, _, switch = cell.partition("+")

@@ -5,23 +5,17 @@ import sys
 import time
 
 import specdec.drafters.draft_model as DM
-import torch
-from specdec.benchmarks.datasets import PromptBuilder, load_dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from _second_pair import calls as categorised
+from _second_pair import draft
+from _second_pair import target as tgt
 
 import specdec
 import specdec.controller as C
 import specdec.engine as E
 import specdec.target as T
 from specdec.costs import CostModel, device_key
-from specdec.target import context_length
 
-torch.set_num_threads(1)
-tgt = AutoModelForCausalLM.from_pretrained("/work/second/target", dtype=torch.float32).eval()
-draft = AutoModelForCausalLM.from_pretrained("/work/second/draft128/final", dtype=torch.float32).eval()
-tok = AutoTokenizer.from_pretrained("/work/second/target")
-builder = PromptBuilder(tok, context_length(tgt), 64)
-calls = [builder.encode([], s.turns[0])[0] for s in load_dataset("spec_bench", per_category=2)]
+calls = [ids for _, ids in categorised]
 spent = collections.Counter()
 count = collections.Counter()
 def wrap(owner, name, label):
