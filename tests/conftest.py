@@ -65,6 +65,17 @@ def tiny_model(arch: str = "llama", vocab: int = VOCAB, layers: int = 2, seed: i
 ARCHS = ["llama", "qwen2", "mistral", "gpt2"]
 
 
+def synthetic_costs(extras: tuple[int, ...], seconds: tuple[float, ...]):
+    """A cost model whose batch-1 verification curve (packed and not) is `seconds` at `extras` inputs beyond the
+    root: what the controller prices with is fixed by the test, not by this machine's timings."""
+    from specdec.costs import CostModel, VerifyCurve
+
+    costs = CostModel("synthetic")
+    for packed in (True, False):
+        costs.live.curves[(packed, 1)] = VerifyCurve(1, extras, seconds)
+    return costs
+
+
 def tiny_tokenizer(vocab: int = VOCAB):
     """A word-level tokenizer over the words t0..t{vocab-1}: real transformers tokenizer, no files."""
     from tokenizers import Tokenizer, models, pre_tokenizers

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import synthetic_costs
 from sampling_drafters import (
     ContextLM,
     ExitingChainDrafter,
@@ -226,12 +227,7 @@ def test_duplicate_siblings_do_not_bias_the_next_token(verifier):
 def _cutting_costs():
     """A frozen cost table on which verifying more nodes costs more and more (1, 1.2, 1.9, 2.8, ...):
     budgets stay below the drafts' length and move with each row's acceptance (plain steps too)."""
-    from specdec.costs import CostModel, VerifyCurve
-
-    costs = CostModel("synthetic")
-    for packed in (True, False):
-        costs.live.curves[(packed, 1)] = VerifyCurve(1, (0, 1, 2, 3, 4, 8), (1.0, 1.2, 1.9, 2.8, 3.6, 7.0))
-    return costs
+    return synthetic_costs((0, 1, 2, 3, 4, 8), (1.0, 1.2, 1.9, 2.8, 3.6, 7.0))
 
 
 @pytest.mark.parametrize("drafter_name", ["sampled_chain", "topk_tree"])
@@ -262,14 +258,11 @@ def test_rejection_with_the_controllers_exit_stopping_sampled_chains(target, dra
     probability: whether a row drafts deeper depends on the tokens it drafted, never on the next one, so the
     joint is still the target's."""
     from specdec.acceptance import RowAcceptance
-    from specdec.costs import CostModel, VerifyCurve
 
     # Flatter than `_cutting_costs`: a first step's budget of 2, whose second node pays after a usual first
     # token and not after an unlikely one. The drafter ran before in this process: its scores' usual level
     # is known from the first step on (what the exit reads a score against).
-    costs = CostModel("synthetic")
-    for packed in (True, False):
-        costs.live.curves[(packed, 1)] = VerifyCurve(1, (0, 1, 2, 3, 4, 8), (1.0, 1.1, 1.3, 1.5, 1.7, 3.0))
+    costs = synthetic_costs((0, 1, 2, 3, 4, 8), (1.0, 1.1, 1.3, 1.5, 1.7, 3.0))
     costs.live.acceptance[ExitingChainDrafter.name] = RowAcceptance(prior=[0.6] * 3, score_mean=[0.3] * 3)
     drafter = ExitingChainDrafter(draft_lm)
     out = specdec.generate(target, [PROMPT] * ROWS, drafter=drafter, verifier="rejection", max_new_tokens=STEPS,

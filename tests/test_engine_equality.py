@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ARCHS, VOCAB, OracleDrafter, RandomTreeDrafter, hf_greedy, tiny_model
+from conftest import ARCHS, VOCAB, OracleDrafter, RandomTreeDrafter, hf_greedy, synthetic_costs, tiny_model
 
 import specdec
 
@@ -19,12 +19,7 @@ def _flat_costs():
     """A cost table on which a wider verification costs next to nothing more (5 ms, +0.05 ms an input): the
     controller keeps an oracle's whole draft whatever this machine's timings say (measured, a curve read while
     another process shared the CPU once cut the 6-token drafts to 3)."""
-    from specdec.costs import CostModel, VerifyCurve
-
-    costs = CostModel("synthetic")
-    for packed in (True, False):
-        costs.live.curves[(packed, 1)] = VerifyCurve(1, (0, 1, 2, 4, 8), (5e-3, 5.05e-3, 5.1e-3, 5.2e-3, 5.4e-3))
-    return costs
+    return synthetic_costs((0, 1, 2, 4, 8), (5e-3, 5.05e-3, 5.1e-3, 5.2e-3, 5.4e-3))
 
 
 def _stats_add_up(out) -> None:
