@@ -74,6 +74,10 @@ class DraftModelOptions(BaseModel):
                                                   "whose drafts keep failing decode plainly and probe every "
                                                   "probe_after steps")
     probe_after: int = Field(4, ge=1, le=64, description="plain steps before a min_k=0 row drafts 1 token again")
+    goodput_exit: bool = Field(
+        True, description="under the controller: stop a row's chain where its exit (specdec/chain_exit.py) prices the "
+                          "next tokens, by the draft's confidence in the tokens drafted so far, as not paying for their "
+                          "draft forwards (one device read per drafted depth)")
     confidence_threshold: float = Field(0.4, ge=0.0, le=1.0, description="gamma of the confidence exit")
     adaptive_threshold: bool = Field(False, description="update gamma online (Draft & Verify)")
     target_acceptance: float = Field(0.9, gt=0.0, le=1.0, description="alpha of the adaptive update")
@@ -504,6 +508,12 @@ class DraftModelDrafter(Drafter):
         exempt from the engine's read budget."""
         batch, steps = state.batch_size, int(depths.max())
         confidence_exit = self.schedule == "confidence"
+        # Under the controller's exit each node is scored by the draft's confidence in its path, and the exit stops a
+        # row whose next tokens no longer pay for their draft forwards. Without it nothing is scored: the cut reading
+        # the scores of chains drafted to their budget lost 3% (benchmarks/results/goodput/checks_s60/).
+        scored = self.schedule == "goodput" and self.options.goodput_exit
+        scores = torch.zeros(batch, steps, device=self.device) if scored else None
+        draft_exit = state.draft_exit if scored else None
         tokens = torch.zeros(batch, steps, dtype=torch.long, device=self.device)
         q_steps: list[torch.Tensor] = []
         counts = np.zeros(batch, dtype=np.int64)
@@ -518,22 +528,39 @@ class DraftModelDrafter(Drafter):
             going = going & (depths > i + 1)
             if confidence_exit:  # nothing past eos commits either
                 going &= (self._confident(logits) & ~torch.isin(chosen[:, 0], self._eos)).cpu().numpy()
+            if scores is not None:  # the raw (temperature 1) probability of the drafted token, as layer_skip's
+                confidence = logits.softmax(dim=-1).gather(1, chosen).squeeze(1)
+                scores[:, i] = confidence * (scores[:, i - 1] if i else 1.0)
+                if draft_exit is not None and going.any():  # one read: the confidences, and which rows hit eos
+                    read = torch.stack([confidence, torch.isin(chosen[:, 0], self._eos).to(confidence.dtype)]).tolist()
+                    going &= ~np.asarray(read[1], dtype=bool)  # nothing past eos commits
+                    if going.any():
+                        going &= np.asarray(draft_exit.keep_drafting(i + 1, read[0], going), dtype=bool)
             if not going.any():
                 break
             step_logits = self._scratch(self.vocab.to_draft_ids(tokens[:, i : i + 1]), i, active=going)[:, -1]
             fed += going  # rows that stopped may not have been run (see _scratch)
             logits = self.vocab.to_target(step_logits.float()).to(self.device)
         width = int(counts.max())
-        if width and not confidence_exit and self._eos.numel():
+        host_scores = None
+        if width and not confidence_exit and (self._eos.numel() or scores is not None):
             # Nothing past a drafted eos can commit: each row ends at its first eos. One read for the whole
-            # draft (the levels above ran on without looking), so a step reads the device at most twice.
+            # draft (the levels above ran on without looking), with the scores the controller's cut reads, so a
+            # step without the exit reads the device at most twice.
             hit = torch.isin(tokens[:, :width], self._eos.to(tokens.device))
-            ends = torch.where(hit.any(dim=1), hit.long().argmax(dim=1) + 1, width).tolist()
-            counts = np.minimum(counts, ends)
+            ends = torch.where(hit.any(dim=1), hit.long().argmax(dim=1) + 1, width)
+            if scores is None:
+                counts = np.minimum(counts, ends.tolist())
+            else:
+                read = torch.cat([ends[:, None].to(scores.dtype), scores[:, :width]], dim=1).tolist()
+                counts = np.minimum(counts, [int(row[0]) for row in read])
+                host_scores = [row[1:] for row in read]
             width = int(counts.max())
         q_all = torch.stack(q_steps[:width], dim=1) if q_steps else None
         self._last = {"kind": "chain", "fed": fed}
-        return Draft.chain(tokens[:, :width], counts.tolist(), q_all)
+        if scores is None:
+            return Draft.chain(tokens[:, :width], counts.tolist(), q_all)
+        return Draft.chain(tokens[:, :width], counts.tolist(), q_all, scores[:, :width], host_scores)
 
     def _propose_tree(self, state: DecodeState, logits: torch.Tensor, depths: torch.Tensor) -> Draft:
         opts: DraftModelOptions = self.options

@@ -275,3 +275,26 @@ def test_rejection_with_the_controllers_exit_stopping_sampled_chains(target, dra
     assert drafter.stopped > 0.1 * ROWS and len(set(proposed) - {0}) >= 2  # the exit really stops chains
     assert out.stats.accepted_tokens > 0.2 * ROWS
     assert chi_square_p_value(counts, joints["t1.0"]) > P_VALUE_THRESHOLD
+
+
+def test_rejection_with_the_controllers_exit_stopping_a_draft_models_chains(target, joints):
+    """The shipped draft_model under the controller's exit: its chains stop where the draft's confidence in the
+    tokens drafted so far says the next ones do not pay, and the joint is still the target's."""
+    from specdec.drafters.draft_model import DraftModelDrafter
+
+    from specdec.acceptance import RowAcceptance
+
+    costs = synthetic_costs((0, 1, 2, 3, 4, 8), (1.0, 1.1, 1.3, 1.5, 1.7, 3.0))  # as the test above
+    costs.live.acceptance["draft_model"] = RowAcceptance(prior=[0.6] * 3, score_mean=[0.3] * 3)
+    drafter = DraftModelDrafter(DraftModelDrafter.Options(model=perturbed_copy(target, scale=0.3, seed=1), k=1,
+                                                          k_max=3))
+    out = specdec.generate(target, [PROMPT] * ROWS, drafter=drafter, verifier="rejection", max_new_tokens=STEPS,
+                           temperature=1.0, seed=0, max_draft_nodes=8, cost_model=costs, controller={"trace": True})
+    tokens = torch.tensor(out.sequences)
+    counts = torch.bincount((tokens[:, 0] * VOCAB + tokens[:, 1]) * VOCAB + tokens[:, 2], minlength=VOCAB**STEPS)
+    steps = out.stats.controller["trace"]
+    stopped = sum(0 < n < b for step in steps for n, b in zip(step["proposed"], step["budget"]))
+    print(f"\n[draft_model exit] {stopped} chains stopped before their budget")
+    assert stopped > 0.1 * ROWS  # the exit really stops chains
+    assert out.stats.accepted_tokens > 0.2 * ROWS
+    assert chi_square_p_value(counts, joints["t1.0"]) > P_VALUE_THRESHOLD

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import math
 import os
 import weakref
 
@@ -15,6 +16,7 @@ from specdec.drafters.draft_model import DraftModelDrafter, tree_levels
 from specdec.drafters.draft_schedule import ConfidenceExit, HeuristicLength
 
 import specdec
+from specdec.chain_exit import ChainExit
 from specdec.costs import DRAFT_FEATURES, CostModel, LinearFit, draft_features
 from specdec.draft import Verdict
 from specdec.errors import DrafterError, PluginOptionsError
@@ -552,15 +554,15 @@ def test_prefill_waits_for_the_first_draft(target, close_draft, expected):
     assert out.stats.drafter_stats["draft_cache_peak_bytes"] > 0 and out.stats.drafted_tokens > 0
 
 
-def _chain_drafts(target, draft, prompts, budgets):
+def _chain_drafts(target, draft, prompts, budgets, draft_exit=None, keep=None, **options):
     """Greedy drafts of a chain draft_model over steps of per-row budgets (the controller's `draft_budget`),
     each step committing the draft as if all of it were accepted plus token 1. Returns the drafter and the
-    drafts per step, as lists of tokens per row."""
+    drafts per step, as lists of tokens per row (`keep`: a list that also gets each step's Draft)."""
     from specdec.plugins import DecodeState, GenerationContext
     from specdec.rng import RowGenerators
     from specdec.sampling import SamplingParams
 
-    drafter = DraftModelDrafter(DraftModelDrafter.Options(model=draft, k=3))
+    drafter = DraftModelDrafter(DraftModelDrafter.Options(model=draft, k=3, **options))
     generators = RowGenerators.seeded([0] * len(prompts))
     drafter.setup(GenerationContext(model=target, tokenizer=None, sampling=SamplingParams(), generator=generators,
                                     prompts=[list(p) for p in prompts], max_new_tokens=32, vocab_size=VOCAB,
@@ -571,9 +573,12 @@ def _chain_drafts(target, draft, prompts, budgets):
     for budget in budgets:
         state = DecodeState(row_ids=list(range(len(prompts))), sequences=[list(s) for s in sequences],
                             max_depth=torch.full((len(prompts),), 16), sampling=SamplingParams(),
-                            generator=generators, target=None, draft_budget=torch.tensor(budget))
+                            generator=generators, target=None, draft_budget=torch.tensor(budget),
+                            draft_exit=draft_exit)
         drafter.prepare(state)
         draft = drafter.propose(state)
+        if keep is not None:
+            keep.append(draft)
         rows = [draft.tokens[b, : int(draft.num_nodes[b])].tolist() for b in range(len(prompts))]
         drafts.append(rows)
         committed = [row + [1] for row in rows]
@@ -603,3 +608,41 @@ def test_rows_kept_plain_in_a_batch_are_not_prefilled_and_draft_as_alone_when_fi
     early, _ = _chain_drafts(target, close_draft, PROMPTS, budgets[:2])
     assert early._ready == [True, False, False]
     assert int(early._runner.lengths[1]) == 0 and int(early._runner.lengths[2]) == 0
+
+
+class _StopAt(ChainExit):
+    """An exit that stops row b after `stops[b]` drafted nodes, recording what the drafter asked."""
+
+    def __init__(self, stops: list[int]) -> None:
+        super().__init__(len(stops), lambda b: None)
+        self.stops = stops
+        self.asked: list[tuple[int, list[float], list[bool]]] = []
+
+    def keep_drafting(self, depth, scores, rows=None):
+        self.asked.append((depth, [float(s) for s in scores], list(rows)))
+        return [depth < stop for stop in self.stops]
+
+
+def test_the_controllers_exit_stops_a_chain_where_it_says_and_reads_the_drafts_confidence(target, close_draft):
+    """Under the controller a chain asks the exit after every drafted depth with each row's confidence in its
+    last token (the draft's probability of it), stops a row where the exit says so, never changes the tokens
+    it drafts, and hands the cut each node's path confidence."""
+    budgets = [[6, 6, 6]]
+    _, plain = _chain_drafts(target, close_draft, PROMPTS, budgets, draft_weights="model")
+    stop = _StopAt([1, 3, 6])
+    drafts: list = []
+    _, stopped = _chain_drafts(target, close_draft, PROMPTS, budgets, stop, drafts, draft_weights="model")
+    assert [len(row) for row in plain[0]] == [6, 6, 6]
+    assert stopped[0] == [plain[0][0][:1], plain[0][1][:3], plain[0][2]]
+    assert [depth for depth, _, _ in stop.asked] == [1, 2, 3, 4, 5]  # never after the last depth
+    assert [rows for depth, _, rows in stop.asked if depth == 2] == [[False, True, True]]  # row 0 stopped at 1
+    with torch.no_grad():
+        for b, prompt in enumerate(PROMPTS):
+            confidences = []
+            for depth, token in enumerate(stopped[0][b]):
+                logits = close_draft(torch.tensor([prompt + stopped[0][b][:depth]])).logits[0, -1]
+                confidences.append(float(logits.softmax(-1)[token]))
+            asked = [scores[b] for depth, scores, rows in stop.asked if rows[b]]
+            assert asked == pytest.approx(confidences[: len(asked)], rel=1e-4)
+            paths = [math.prod(confidences[: d + 1]) for d in range(len(confidences))]
+            assert drafts[0].host.scores[b] == pytest.approx(paths, rel=1e-4)

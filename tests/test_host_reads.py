@@ -22,8 +22,9 @@ def target():
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("drafter", ["none", "anpd", "draft_model"])
 def test_a_chain_step_reads_the_device_at_most_twice(target, drafter, batch, controller):
-    # A draft model equal to the target drafts perfectly, so its chains run at full length.
-    options = {"model": tiny_model("llama")} if drafter == "draft_model" else None
+    # A draft model equal to the target drafts perfectly, so its chains run at full length; under the controller
+    # without its exit (which reads once a depth: below).
+    options = {"model": tiny_model("llama"), "goodput_exit": False} if drafter == "draft_model" else None
     per_step, _, out = reads_per_step(target, PROMPTS[:batch], drafter, options, controller, 24, eos_token_id=95)
     assert per_step and max(per_step) <= BUDGET, f"reads per step: {per_step}"
     if drafter != "none" and not controller:  # the drafting path really ran
@@ -86,6 +87,15 @@ def test_layer_skips_goodput_exit_reads_once_a_depth_more(target, batch):
 
     drafter = LayerSkipDrafter(LayerSkipOptions(skip={"mlp": [0]}, max_draft=4, adaptive=False))
     per_step, _, _ = reads_per_step(target, PROMPTS[:batch], drafter, None, True, 24, eos_token_id=95)
+    assert per_step and max(per_step) <= BUDGET + 3, f"reads per step: {per_step}"
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_a_draft_models_goodput_exit_reads_once_a_depth_more(target, batch):
+    """A draft model's chains under the controller's exit read the depth's confidences (and which rows drafted
+    eos) once per drafted depth but the last: at most k_max - 1 reads more than the budget."""
+    options = {"model": tiny_model("llama"), "k": 1, "k_max": 4}
+    per_step, _, _ = reads_per_step(target, PROMPTS[:batch], "draft_model", options, True, 24, eos_token_id=95)
     assert per_step and max(per_step) <= BUDGET + 3, f"reads per step: {per_step}"
 
 
