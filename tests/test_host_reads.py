@@ -55,9 +55,9 @@ def test_the_counter_sees_the_reads_a_step_used_to_make(target):
 def test_auto_keeps_its_members_drafts_on_the_host_view(target, batch):
     """drafter="auto" merges its members' drafts row by row; the merged draft keeps their host views, so
     auto's steps stay within the budget too (before: 9.8 reads a step on average at batch 1, at most 14; 4.0 and
-    11 at batch 8)."""
-    per_step, _, _ = reads_per_step(target, PROMPTS[:batch], "auto", {"draft": tiny_model("llama")}, True, 24,
-                                    eos_token_id=95)
+    11 at batch 8). Its draft_model member without the controller's exit, which reads once a depth (below)."""
+    options = {"draft": tiny_model("llama"), "options": {"draft_model": {"goodput_exit": False}}}
+    per_step, _, _ = reads_per_step(target, PROMPTS[:batch], "auto", options, True, 24, eos_token_id=95)
     assert per_step and max(per_step) <= BUDGET, f"reads per step: {per_step}"
 
 
@@ -93,7 +93,7 @@ def test_layer_skips_goodput_exit_reads_once_a_depth_more(target, batch):
 @pytest.mark.parametrize("batch", [1, 8])
 def test_a_draft_models_goodput_exit_reads_once_a_depth_more(target, batch):
     """A draft model's chains under the controller's exit read the depth's confidences (and which rows drafted
-    eos) once per drafted depth but the last: at most k_max - 1 reads more than the budget."""
+    eos) once per drafted depth but the last: at most k_max - 1 reads more than the budget (`k_max` is 4 here)."""
     options = {"model": tiny_model("llama"), "k": 1, "k_max": 4}
     per_step, _, _ = reads_per_step(target, PROMPTS[:batch], "draft_model", options, True, 24, eos_token_id=95)
     assert per_step and max(per_step) <= BUDGET + 3, f"reads per step: {per_step}"

@@ -2,17 +2,15 @@
 cost model of its own; CPU time of none over each cell's, per category and overall, and its drafted row-steps.
 `python sm_ab.py ROUNDS cell...`; a cell is `drafter[:option=value,...]` (draft_model gets the second pair's draft).
 Stop 59's `checks_s59/sm_ab.py` with drafter options instead of its ridge switch."""
-import collections
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "checks_s59"))
-from _second_pair import calls, draft  # noqa: E402  (stop 59's set-up)
+from _second_pair import draft, interleaved_table  # noqa: E402  (stop 59's set-up)
 from _second_pair import target as tgt  # noqa: E402
 
 import specdec  # noqa: E402
-from specdec.costs import CostModel, device_key  # noqa: E402
 
 rounds, cells = int(sys.argv[1]), sys.argv[2:]
 
@@ -33,21 +31,4 @@ def run(cell, ids, cm):
     return time.process_time() - t0, out.stats.steps - out.stats.no_draft_row_steps
 
 
-cms = {c: CostModel(device_key("cpu")) for c in cells}
-for c in cells:
-    run(c, calls[0][1], cms[c])
-tot = {c: collections.Counter() for c in cells}
-drafted = collections.Counter()
-for r in range(rounds):
-    for i, (cat, ids) in enumerate(calls):
-        order = cells[(i + r) % len(cells):] + cells[:(i + r) % len(cells)]
-        for c in order:
-            dt, d = run(c, ids, cms[c])
-            tot[c][cat] += dt
-            tot[c]["overall"] += dt
-            drafted[c] += d
-cats = list(dict.fromkeys([c for c, _ in calls])) + ["overall"]
-print(f"# {rounds} rounds, none's CPU time over each cell's per category; drafted row-steps per round")
-print("cell | " + " | ".join(cats) + " | drafted")
-for c in cells:
-    print(c + " | " + " | ".join(f"{tot[cells[0]][k] / tot[c][k]:.3f}" for k in cats) + f" | {drafted[c] / rounds:.1f}")
+interleaved_table(cells, rounds, run)
