@@ -9,7 +9,10 @@ the controller's frozen decisions); the model's kernels are not ours: on some CP
 float32 forward rounds a row's logits differently at 1 row than at 3 (here with MKL limited to SSE4.2:
 ~1e-7), and a draw whose uniform lands that close to a boundary of the inverse CDF flips (a CI run on
 another machine saw token 7 for 8 once). In float64 such a flip needs a uniform within ~1e-16 of a
-boundary, so an output that differs here is the runtime's doing.
+boundary, so an output that differs here is the runtime's doing. Drafts run in float64 too: on a CPU the lean
+forward's default int8 weight copies take bfloat16 activations, whose attention over a padded batch's masked slots
+rounds a row's draft distribution differently from the same row unpadded (~1e-3): a layer_skip row drew token 45
+instead of 44 once in a CI run (stop 60).
 """
 
 from __future__ import annotations
@@ -33,12 +36,15 @@ def target():
 
 
 def float64_options(drafter: str, target) -> dict | None:
-    """The test options of `drafter`, with a draft model in float64 like the target."""
+    """The test options of `drafter`, with a draft model in float64 like the target, and drafts through the model's own
+    (float64) weights where the drafter has the option (`draft_weights`)."""
     from test_composition import DRAFTER_OPTIONS_FOR_TINY_MODEL
 
     options = DRAFTER_OPTIONS_FOR_TINY_MODEL.get(drafter, lambda _: None)(target)
     if options is not None and "model" in options:
         options = {**options, "model": options["model"].to(torch.float64)}
+    if drafter in ("draft_model", "layer_skip"):
+        options = {**(options or {}), "draft_weights": "model"}
     return options
 
 
