@@ -10,9 +10,9 @@ float32 forward rounds a row's logits differently at 1 row than at 3 (here with 
 ~1e-7), and a draw whose uniform lands that close to a boundary of the inverse CDF flips (a CI run on
 another machine saw token 7 for 8 once). In float64 such a flip needs a uniform within ~1e-16 of a
 boundary, so an output that differs here is the runtime's doing. Drafts run in float64 too: on a CPU the lean
-forward's default int8 weight copies take bfloat16 activations, whose rounding of a row's draft distribution can
-differ between a padded batch and the row alone: the likely cause of a layer_skip row drawing token 45 instead of 44
-once in a CI run (stop 60; not reproduced in 60 later runs).
+forward's default int8 weight copies take bfloat16 activations, and a row's draft distribution rounds differently
+in a padded batch than alone (this test's row: up to 4e-5 apart at its first draft, equal with float64 weights): a
+layer_skip row drew token 45 instead of 44 once in a CI run (stop 60).
 """
 
 from __future__ import annotations
