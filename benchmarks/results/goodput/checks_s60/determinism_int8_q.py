@@ -9,22 +9,26 @@ import torch
 
 sys.path.insert(0, "tests")
 from conftest import tiny_model  # noqa: E402
+from specdec.drafters.layerskip.drafter import LayerSkipDrafter  # noqa: E402
 
 import specdec  # noqa: E402
-from specdec.drafters.layerskip.drafter import LayerSkipDrafter  # noqa: E402
 
 PROMPT = [5, 6, 7, 5, 6, 7, 5, 6]
 OTHERS = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3], [9, 8], [40, 41, 42, 40, 41]]
 target = tiny_model("llama").to(torch.float64)
 original = LayerSkipDrafter._forward
+recorded: list[torch.Tensor] = []
+
+
+def recording(self, runner, inputs, offset, growing, greedy):
+    logits = original(self, runner, inputs, offset, growing, greedy)
+    recorded.append(logits.detach().clone())
+    return logits
+
+
 for weights in ("int8", "model"):
     options = {"skip": {"attention": [1], "mlp": [1]}, "max_draft": 4, "draft_weights": weights}
-    recorded = []
-
-    def recording(self, runner, inputs, offset, growing, greedy):
-        logits = original(self, runner, inputs, offset, growing, greedy)
-        recorded.append(logits.detach().clone())
-        return logits
+    recorded.clear()
 
     sampling = dict(drafter="layer_skip", drafter_options=options, verifier="rejection", max_new_tokens=2,
                     temperature=0.9, top_p=0.95, controller=False)
