@@ -558,9 +558,8 @@ class DraftModelDrafter(Drafter):
             width = int(counts.max())
         q_all = torch.stack(q_steps[:width], dim=1) if q_steps else None
         self._last = {"kind": "chain", "fed": fed}
-        if scores is None:
-            return Draft.chain(tokens[:, :width], counts.tolist(), q_all)
-        return Draft.chain(tokens[:, :width], counts.tolist(), q_all, scores[:, :width], host_scores)
+        return Draft.chain(tokens[:, :width], counts.tolist(), q_all, None if scores is None else scores[:, :width],
+                           host_scores)
 
     def _propose_tree(self, state: DecodeState, logits: torch.Tensor, depths: torch.Tensor) -> Draft:
         opts: DraftModelOptions = self.options

@@ -22,7 +22,7 @@ import torch
 from conftest import tiny_model
 
 import specdec
-from specdec.registry import known_names
+from specdec.registry import known_names, load_class
 
 PROMPT = [5, 6, 7, 5, 6, 7, 5, 6]
 OTHERS = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3], [9, 8], [40, 41, 42, 40, 41]]
@@ -43,7 +43,7 @@ def float64_options(drafter: str, target) -> dict | None:
     options = DRAFTER_OPTIONS_FOR_TINY_MODEL.get(drafter, lambda _: None)(target)
     if options is not None and "model" in options:
         options = {**options, "model": options["model"].to(torch.float64)}
-    if drafter in ("draft_model", "layer_skip"):
+    if "draft_weights" in load_class("drafter", drafter).Options.model_fields:
         options = {**(options or {}), "draft_weights": "model"}
     return options
 
