@@ -217,6 +217,11 @@ class DraftModelDrafter(Drafter):
             model, tokenizer = opts.model, None
         return model, opts.tokenizer if opts.tokenizer is not None else tokenizer
 
+    def follows_exit(self) -> bool:
+        """Chains under the controller with `goodput_exit` stop where its exit says (trees keep their shape)."""
+        opts: DraftModelOptions = self.options
+        return self.controlled() and opts.goodput_exit and not (opts.branches > 1 and opts.branch_depth > 0)
+
     def setup(self, context: GenerationContext) -> None:
         opts: DraftModelOptions = self.options
         self.model, draft_tokenizer = self._draft_model(context.model)

@@ -177,6 +177,7 @@ class Member:
 
     name: str
     stochastic: bool  # drafts carry q (sampled): cut only to the budget fixed before drafting
+    follows_exit: bool = False  # stops its chains where the plan's exit says (`Drafter.follows_exit`)
 
 
 @dataclass
@@ -972,6 +973,18 @@ class GoodputController:
                         row.quiet = max(0, min(quiet_steps, int(due) - 1))
                     row.quiet_reason = why
                     self._reason(row.quiet_reason)
+        if parts is None:
+            # Rows priced alone (in a live batch the joint search's budgets stand): a chain whose drafter follows
+            # the exit may reach past its planned length, to the positions the plan priced (the most the row's
+            # drafts reached so far, plus two). The plan read the row's estimates alone; the exit reads them with
+            # this step's scores too, and at the planned length it stops unless the path drafted so far is surer
+            # than the plan expected. Held to its plan, a draft model accepting 5 of 5 for twenty steps of a
+            # translation never drafted a sixth token: that position's estimate, from failures when the answer
+            # began, was never tried again (benchmarks/results/goodput/checks_s61/).
+            for b, (name, items) in enumerate(zip(choice, items_per_row)):
+                if (name is not None and items is not None and budgets[b] > 0 and not forced[b] and not free[b]
+                        and self.members[name].follows_exit):
+                    budgets[b] = max(budgets[b], len(items.probs))
         lags: dict[str, float] = {}
         prepares: dict[str, float] = {}
         for row_id, name, budget, looked, look_nodes in zip(row_ids, choice, budgets, look, look_budget):

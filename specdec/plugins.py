@@ -143,6 +143,13 @@ class Drafter(ABC):
         option (`schedule=...`); "goodput", or no such option, means the controller."""
         return getattr(self.options, "schedule", "goodput") == "goodput"
 
+    def follows_exit(self) -> bool:
+        """Whether `propose` stops each row's chain where `DecodeState.draft_exit` says (a drafter that scores
+        its chain's nodes). The controller then lets such a chain reach past the length it planned (up to what
+        the row's drafts reached so far plus two): the exit, which sees this step's scores, decides where it
+        ends. False (the default): the budget is the planned length, drafted in full."""
+        return False
+
     @abstractmethod
     def propose(self, state: DecodeState) -> Draft:
         """Return a draft for every active row (zero nodes is fine)."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import pytest
 from conftest import hf_greedy, tiny_model
+from specdec.drafters.draft_model import DraftModelDrafter, DraftModelOptions
 from specdec.drafters.layerskip.drafter import LayerSkipDrafter, LayerSkipOptions
 
 import specdec
+from specdec import engine
 from specdec.acceptance import RowAcceptance, default_factors, score_bin
 from specdec.chain_exit import ChainExit, ExitRow
+from specdec.controller import GoodputController
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -124,3 +127,33 @@ def test_layer_skip_stops_a_row_where_the_exit_says_and_stays_lossless(goodput_e
     for depth, scores, rows in drafter.rule.asked:
         assert 1 <= depth < 4 and all(0.0 < s <= 1.0 for s, r in zip(scores, rows) if r)
         assert depth < 3 or not rows[0]  # a row the exit stopped is not asked again
+
+
+def test_chains_under_the_controllers_exit_say_they_follow_it_and_the_controller_is_told(monkeypatch):
+    """`Drafter.follows_exit`: the controller lets only those chains reach past their planned length
+    (tests/test_controller.py), so a drafter that would draft to a longer budget without asking must say no."""
+    def draft_model(**options):
+        return DraftModelDrafter(DraftModelOptions(**options))
+
+    assert draft_model().follows_exit()
+    assert not draft_model(goodput_exit=False).follows_exit()
+    assert not draft_model(schedule="heuristic").follows_exit()
+    assert not draft_model(branches=2, branch_depth=1).follows_exit()  # trees keep their shape
+    skip = {"attention": [2], "mlp": [1]}
+    assert LayerSkipDrafter(LayerSkipOptions(skip=skip)).follows_exit()
+    assert not LayerSkipDrafter(LayerSkipOptions(skip=skip, goodput_exit=False)).follows_exit()
+    assert not LayerSkipDrafter(LayerSkipOptions(skip=skip, schedule="own")).follows_exit()
+    told = []
+
+    class Recording(GoodputController):
+        def __init__(self, members, *args, **kwargs):
+            told.append({member.name: member.follows_exit for member in members})
+            super().__init__(members, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "GoodputController", Recording)
+    model = tiny_model("llama", layers=3)
+    for goodput_exit in (True, False):
+        drafter = LayerSkipDrafter(LayerSkipOptions(skip=skip, goodput_exit=goodput_exit))
+        specdec.generate(model, [[5, 6, 7]], drafter=drafter, max_new_tokens=4, eos_token_id=[])
+    specdec.generate(model, [[5, 6, 7]], drafter="anpd", max_new_tokens=4, eos_token_id=[])
+    assert told == [{"layer_skip": True}, {"layer_skip": False}, {"anpd": False}]

@@ -3,6 +3,8 @@ probes, and that frozen decisions never move with wall-clock timings."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from conftest import tiny_model
@@ -405,6 +407,28 @@ def test_a_deeper_position_not_verified_lately_is_tried_again():
         budgets.append(plan.budget[0])
     late = budgets[20:]
     assert 1 <= sum(b >= 2 for b in late) <= len(late) // 3  # tried again now and then, not every step
+
+
+def test_a_chain_that_follows_the_exit_reaches_past_its_planned_length_where_the_draft_is_sure():
+    # A draft model accepting 6 of 6 every other step and 2 of 6 otherwise, 4 ms a drafted token: its third token is
+    # a coin flip, and its plan keeps 3. Its exit, which reads this step's scores, may draft on to the positions it
+    # priced (the most the row proposed, 6, plus two): where the first three are drafted surer than usual, to all
+    # eight; where they are as sure as usual, it stops where the plan did.
+    planned = controller(synthetic(draft=(0.0, 0.0, 0.004)))
+    planned.pooled["d"] = RowAcceptance(prior=[0.95] * 8)
+    for accepted in [6, 2] * 6:
+        step(planned, [0], [[1] * 6], [accepted])
+    planned.rows[0].estimates["d"].score_mean = [0.5] * 8  # the draft's usual confidence at every depth
+    reaching = copy.deepcopy(planned)
+    reaching.members["d"].follows_exit = True
+    keep = copy.deepcopy(planned).plan([0], [100], 64).budget[0]
+    plan = copy.deepcopy(reaching).plan([0], [100], 64)
+    assert keep == 3 and plan.budget == [8]
+    assert copy.deepcopy(reaching).plan([0], [2], 64).budget == [2]  # never past the tokens left
+    usual, sure = copy.deepcopy(plan.exit), copy.deepcopy(plan.exit)
+    assert [usual.keep_drafting(depth, [0.5])[0] for depth in range(1, 4)] == [True, True, False]
+    assert all(sure.keep_drafting(depth, [1.0])[0] for depth in range(1, 8))
+    assert not sure.keep_drafting(8, [1.0])[0]
 
 
 def test_a_new_request_probes_a_drafter_that_earlier_requests_gave_up_on():

@@ -174,6 +174,10 @@ class LayerSkipDrafter(Drafter):
         if not self.options.carry_gamma:
             self._gamma = self.options.gamma0
 
+    def follows_exit(self) -> bool:
+        """Under the controller with `goodput_exit` its chains stop where the controller's exit says."""
+        return self.controlled() and self.options.goodput_exit
+
     def _exit_state(self, row: int) -> ConfidenceExit:
         if row not in self._rows:
             self._rows[row] = exit_rule(self.options, self._gamma)
