@@ -978,8 +978,8 @@ class GoodputController:
             # the exit may reach past its planned length, to the positions the plan priced (the most the row's
             # drafts reached so far, plus two). The plan read the row's estimates alone; the exit reads them with
             # this step's scores too, and at the planned length it stops unless the path drafted so far is surer
-            # than the plan expected. Held to its plan, a draft model accepting 5 of 5 for twenty steps of a
-            # translation never drafted a sixth token: that position's estimate, from failures when the answer
+            # than the plan expected. Held to its plan, a draft model accepting 3 of 3 for twenty steps of a
+            # translation never drafted a fourth token: that position's estimate, from failures when the answer
             # began, was never tried again (benchmarks/results/goodput/checks_s61/).
             for b, (name, items) in enumerate(zip(choice, items_per_row)):
                 if (name is not None and items is not None and budgets[b] > 0 and not forced[b] and not free[b]
