@@ -5,13 +5,17 @@ which restarts what a drafter carries between calls (layer_skip's own rule carri
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/results/goodput/checks_s60/ab_kept.py qa,rag 2 none layer_skip \
         layer_skip:schedule=own
 
-A cell is `drafter[:key=value,...]` (draft_model gets the bundled draft). Each cell keeps a cost model and a drafter of
-its own and is warmed up by one short call; every Spec-Bench prompt of the categories (first turns, 128 new tokens)
-runs under every cell in turn, the order reversed every other prompt. A figure is the first cell's process CPU time
+A cell is `drafter[:key=value,...][+module.CONSTANT=value...]` (draft_model gets the bundled draft; since stop 61,
+constants of `specdec` modules named after a `+` are patched for the cell's timed calls). Each cell keeps a cost model
+and a drafter of its own and is warmed up by one short call; every Spec-Bench prompt of the categories (first turns,
+128 new tokens) runs under every cell in turn, the order reversed every other prompt. A figure is the first cell's process CPU time
 over the cell's, per category and overall; batch steps in brackets."""
+import importlib
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "variant_ab_s52"))
 from _prompts import default_pair_and_prompts  # noqa: E402  (stop 52's helper)
@@ -25,7 +29,7 @@ pair, calls = default_pair_and_prompts(cats)
 
 
 def drafter_of(spec):
-    name, _, given = spec.partition(":")
+    name, _, given = spec.split("+")[0].partition(":")
     options = {"model": pair.draft} if name == "draft_model" else {}
     for item in filter(None, given.split(",")):
         key, value = item.split("=")
@@ -43,9 +47,15 @@ for round_index in range(int(sys.argv[2])):
     for i, (cat, ids) in enumerate(calls):
         for spec in (order if (i + round_index) % 2 == 0 else order[::-1]):
             drafter, costs = cells[spec]
-            started = time.process_time()
-            out = specdec.generate(pair.target, ids, max_new_tokens=128, drafter=drafter, cost_model=costs)
-            totals[spec, cat][0] += time.process_time() - started
+            with ExitStack() as stack:
+                for patch in spec.split("+")[1:]:
+                    key, value = patch.split("=")
+                    module, constant = key.rsplit(".", 1)
+                    stack.enter_context(mock.patch.object(importlib.import_module("specdec." + module), constant,
+                                                          float(value) if "." in value else int(value)))
+                started = time.process_time()
+                out = specdec.generate(pair.target, ids, max_new_tokens=128, drafter=drafter, cost_model=costs)
+                totals[spec, cat][0] += time.process_time() - started
             totals[spec, cat][1] += out.stats.steps
 reference = order[0]
 for cat in cats + ["all"]:
