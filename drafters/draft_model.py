@@ -116,6 +116,11 @@ class DraftModelOptions(BaseModel):
         raise ValueError(f'model must be a transformers causal LM, a local directory or "default", '
                          f"got {type(value).__name__}")
 
+    @property
+    def tree(self) -> bool:
+        """Whether drafts are trees (`branches` children in the first `branch_depth` levels), not chains."""
+        return self.branches > 1 and self.branch_depth > 0
+
     @model_validator(mode="after")
     def _schedule_options(self) -> DraftModelOptions:
         if self.k_max is not None and self.k_max < self.k:
@@ -220,7 +225,7 @@ class DraftModelDrafter(Drafter):
     def follows_exit(self) -> bool:
         """Chains under the controller with `goodput_exit` stop where its exit says (trees keep their shape)."""
         opts: DraftModelOptions = self.options
-        return self.controlled() and opts.goodput_exit and not (opts.branches > 1 and opts.branch_depth > 0)
+        return self.controlled() and opts.goodput_exit and not opts.tree
 
     def setup(self, context: GenerationContext) -> None:
         opts: DraftModelOptions = self.options
@@ -236,7 +241,7 @@ class DraftModelDrafter(Drafter):
         self.sampling: SamplingParams = context.sampling
         self.device = context.device
         self._eos = torch.tensor(sorted(context.eos_token_ids), dtype=torch.long, device=self.device)
-        self.tree = opts.branches > 1 and opts.branch_depth > 0
+        self.tree = opts.tree
         # "goodput" without the controller (generate(controller=False)): the defaults before it.
         self.schedule = opts.schedule if opts.schedule != "goodput" or context.goodput else (
             "constant" if self.tree else "heuristic")

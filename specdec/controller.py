@@ -937,6 +937,15 @@ class GoodputController:
                 # plainly: it looks first, and the best costly drafter drafts where the look is worth less.
                 look_first, pick = pick, max(costly, key=lambda n: viable[n][2])
             items, keep, pick_rate, _ = options[pick]
+            if parts is None and pick not in cheap and self.members[pick].follows_exit:
+                # A row priced alone (a live batch's budgets come from the joint search below): a chain whose
+                # drafter follows the exit reaches to every position priced here (the most the row's drafts
+                # reached so far, plus two), and the exit, which reads this step's scores too, decides where it
+                # ends; at the planned length it stops unless the path drafted so far is surer than the plan
+                # expected. Held to its plan, a draft model accepting 3 of 3 for twenty steps of a translation
+                # never drafted a fourth token: that position's estimate, from failures when the answer began,
+                # was never tried again (benchmarks/results/goodput/checks_s61/).
+                keep = len(items.probs)
             choice.append(pick)
             budgets.append(self._free_budget(row, pick, cap) if pick in cheap else keep)
             forced.append(0)
@@ -973,18 +982,6 @@ class GoodputController:
                         row.quiet = max(0, min(quiet_steps, int(due) - 1))
                     row.quiet_reason = why
                     self._reason(row.quiet_reason)
-        if parts is None:
-            # Rows priced alone (in a live batch the joint search's budgets stand): a chain whose drafter follows
-            # the exit may reach past its planned length, to the positions the plan priced (the most the row's
-            # drafts reached so far, plus two). The plan read the row's estimates alone; the exit reads them with
-            # this step's scores too, and at the planned length it stops unless the path drafted so far is surer
-            # than the plan expected. Held to its plan, a draft model accepting 3 of 3 for twenty steps of a
-            # translation never drafted a fourth token: that position's estimate, from failures when the answer
-            # began, was never tried again (benchmarks/results/goodput/checks_s61/).
-            for b, (name, items) in enumerate(zip(choice, items_per_row)):
-                if (name is not None and items is not None and budgets[b] > 0 and not forced[b] and not free[b]
-                        and self.members[name].follows_exit):
-                    budgets[b] = max(budgets[b], len(items.probs))
         lags: dict[str, float] = {}
         prepares: dict[str, float] = {}
         for row_id, name, budget, looked, look_nodes in zip(row_ids, choice, budgets, look, look_budget):
