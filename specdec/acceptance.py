@@ -25,6 +25,7 @@ for a drafter that scores, the prior is the mean conditional score at that posit
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -71,13 +72,12 @@ def score_bin(score: float, mean: float) -> int | None:
     """The calibration bin of a conditional score read against its position's mean (None: no mean yet)."""
     if mean <= 0:
         return None
-    ratio = math.log2(max(score, 1e-9) / mean)
-    return sum(ratio > edge for edge in SCORE_BIN_EDGES)
+    return bisect_left(SCORE_BIN_EDGES, math.log2(max(score, 1e-9) / mean))  # the edges below the ratio
 
 
 def absolute_bin(score: float) -> int:
     """The bin of a conditional score read as a probability (`RowAcceptance.by_score`)."""
-    return sum(score >= edge for edge in ABSOLUTE_BIN_EDGES)
+    return bisect_right(ABSOLUTE_BIN_EDGES, score)  # the edges at or below the score (per node, every step)
 
 
 def default_factors() -> list[float]:
@@ -125,6 +125,7 @@ class RowAcceptance:
     absolute_prior: list[float] = field(default_factory=lambda: list(ABSOLUTE_BIN_PRIORS))
     absolute_hits: list[float] = field(default_factory=lambda: [0.0] * len(ABSOLUTE_BIN_PRIORS))
     absolute_trials: list[float] = field(default_factory=lambda: [0.0] * len(ABSOLUTE_BIN_PRIORS))
+    _absolute: list[float] | None = field(default=None, repr=False, compare=False)  # `absolute()`, kept up to date
 
     def _start(self, position: int) -> float:
         """Before any verdict at a position: the prior, else (for drafters that score) the mean score
@@ -209,7 +210,7 @@ class RowAcceptance:
         anpd's match score put nodes the cut dropped at a third of what they were accepted at (0.13 against
         0.31 for scores 0.3-0.5), where the score's value alone matched the verdicts (0.33; 0.69 for 0.5-0.7).
         Readings carry the absolute bin."""
-        table = self.absolute()
+        table = self._absolute_table()
         out: list[float] = []
         readings: list[tuple[int | None, float]] = []
         for i, parent in enumerate(parents):
@@ -221,8 +222,18 @@ class RowAcceptance:
 
     def absolute(self) -> list[float]:
         """Per absolute bin, the acceptance `by_score` reads (a new row's prior, `fork`)."""
-        return [(hits + ABSOLUTE_WEIGHT * prior) / (trials + ABSOLUTE_WEIGHT)
-                for prior, hits, trials in zip(self.absolute_prior, self.absolute_hits, self.absolute_trials)]
+        return list(self._absolute_table())
+
+    def _absolute_table(self) -> list[float]:
+        """`absolute()` itself, worked out once and then kept bin by bin as verdicts come (`observe`): `by_score`
+        reads it every step of a free drafter."""
+        if self._absolute is None:
+            self._absolute = [self._absolute_bin(index) for index in range(len(self.absolute_prior))]
+        return self._absolute
+
+    def _absolute_bin(self, index: int) -> float:
+        return ((self.absolute_hits[index] + ABSOLUTE_WEIGHT * self.absolute_prior[index])
+                / (self.absolute_trials[index] + ABSOLUTE_WEIGHT))
 
     def factors(self) -> list[float]:
         """Per score bin, how much likelier than its position's estimate a node scored there is accepted: the
@@ -255,6 +266,8 @@ class RowAcceptance:
             if index is not None and by_score:
                 self.absolute_hits[index] = self.decay * self.absolute_hits[index] + float(hit)
                 self.absolute_trials[index] = self.decay * self.absolute_trials[index] + 1.0
+                if self._absolute is not None:
+                    self._absolute[index] = self._absolute_bin(index)
             elif index is not None:
                 self.score_hits[index] = self.decay * self.score_hits[index] + float(hit)
                 self.score_expected[index] = self.decay * self.score_expected[index] + estimate

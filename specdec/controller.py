@@ -21,7 +21,8 @@ Three times per step:
   seeing it is free. A row whose best option is no draft decodes plainly; its drafter is probed again
   later, never sooner than what keeps probes' expected loss under `probe_share` of the row's time (the
   loss against what the row does instead: a plain step, or with drafter="auto" its best other drafter),
-  the wait doubling as well while probes fail, except a costly chain's in a row priced alone (`_probe_wait`).
+  the wait doubling as well while probes fail, except a costly chain's in a row priced alone, whose steady
+  share is `chain_probe_share` while its probes pay now and then (`_probe_wait`, `_probe_share`).
   A drafter's one-off `prepare` in a row (a draft model's prefill) is priced into its probe there, and into
   its first pick spread over the row's tokens left.
   Rows that all stay plain form a quiet run: one plan and cut serve its steps, observed at its end.
@@ -158,6 +159,10 @@ class ControllerOptions(BaseModel):
     probe_after: int = Field(4, ge=1, le=1024, description="steps without a drafter before a row tries it again")
     probe_share: float = Field(0.01, gt=0.0, le=1.0, description="most of a row's time spent probing drafters "
                                "that do not pay (shared among them): a probe's expected loss sets its least wait")
+    chain_probe_share: float = Field(0.03, gt=0.0, le=1.0, description="probe_share of a costly chain drafter "
+                                     "(a draft model, layer_skip) in a row priced alone, whose wait after failed "
+                                     "probes does not double: the steady share of its time such probes may lose, "
+                                     "back to probe_share as they keep failing across rows and calls")
     max_probe_interval: int = Field(64, ge=1, le=4096, description="longest wait between probes (the wait "
                                     "doubles after each probe that did not pay, except a costly chain's in "
                                     "a row priced alone, whose wait grows with its probes' expected loss "
@@ -599,7 +604,7 @@ class GoodputController:
         return name not in row.prepared and name in self.table.prepares
 
     def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0,
-                    batch: LiveBatch | None = None, lag: float | None = None) -> float:
+                    batch: LiveBatch | None = None, lag: float | None = None, costly: bool = True) -> float:
         """Steps to wait before probing a drafter, so that probes expected to lose cost at most
         `probe_share` of the row's time (PPD's probe takes two steps: its prompt slots, then its tree). A probe
         loses against what the row would do instead: a plain step, or (drafter="auto") another drafter's
@@ -659,10 +664,18 @@ class GoodputController:
         # of the row alone, counts as the tokens it commits per plain step.
         tokens_instead = max(1.0, instead * (alone + plain_overhead))
         loss = row_seconds + added - (1.0 + sum(items.probs[:best_one])) * row_seconds / tokens_instead
-        share = self.options.probe_share / len(self.order)
+        return max(0.0, loss) / (self._probe_share(items, batch, costly) * row_seconds)
+
+    def _probe_share(self, items: _Items, batch: LiveBatch | None, costly: bool) -> float:
+        """The share of the row's time that `_probe_wait` lets a drafter's failed probes take (split among the
+        members). A costly chain's in a row priced alone (`chain_probe_share`) is a steady share, as its wait never
+        doubles; every other probe's wait doubles as its probes fail (`probe_share` is where it starts)."""
         if items.base:  # a probe that needs prompt slots (PPD's) measures the device more than the text
-            share /= self._probe_discount(items.member)
-        return max(0.0, loss) / (share * row_seconds)
+            return self.options.probe_share / len(self.order) / self._probe_discount(items.member)
+        if costly and batch is None:  # back to probe_share as its probes keep failing (`_probe_discount`)
+            chain_share = self.options.chain_probe_share / self._probe_discount(items.member)
+            return max(self.options.probe_share, chain_share) / len(self.order)
+        return self.options.probe_share / len(self.order)
 
     def _probe_discount(self, name: str | None) -> float:
         """How many times rarer than `probe_share` allows a drafter's probes come: its probes failed
@@ -672,7 +685,9 @@ class GoodputController:
         Applied to drafters whose probe needs prompt slots (`_probe_wait`): whether PPD's tree pays for its
         inputs is a property of the device, the same in every request; whether a draft model's or a
         self-draft's tokens are accepted is one of the text, and with their probes made rarer across requests
-        draft_model lost 3% (translation 1.25 -> 1.18x of plain decoding) in an interleaved A/B."""
+        draft_model lost 3% (translation 1.25 -> 1.18x of plain decoding) in an interleaved A/B. A costly
+        chain's in a row priced alone (`_probe_share`) only comes back from `chain_probe_share` to `probe_share`,
+        never rarer."""
         streak = self.streaks.get(name, 0) if name is not None else 0
         return min(self.options.max_probe_discount, 2.0 ** (streak // PROBE_STREAK))
 
@@ -866,8 +881,9 @@ class GoodputController:
                 # alone wherever the drafter drafted here before, in a live batch only where it was right here)
                 interval_priced = row.right if batch is not None else row.prepared
                 grown = min(option[0].lag, row.interval[name]) if name in interval_priced else None
-                wait = self._probe_wait(option, instead, batch, grown)
-                lost = wait * self.options.probe_share / len(self.order)  # the probe's expected loss, in row-steps
+                costly = name not in cheap_names
+                wait = self._probe_wait(option, instead, batch, grown, costly)
+                lost = wait * self._probe_share(option[0], batch, costly)  # the probe's expected loss, in row-steps
                 # A row that would decode plainly probes a drafter not yet verified in it after the first
                 # interval when the probe's expected loss is under FIRST_PROBE_SHARE of the request's remaining
                 # time: its estimates are the pooled ones of earlier requests, which no verdict moves while

@@ -231,7 +231,7 @@ def test_a_probe_in_a_batch_waits_for_the_rows_share_of_the_step():
     model.live.curves[(True, 4)] = VerifyCurve(4, GRID, tuple(1.5 * x for x in CPU_LIKE))
 
     def probes_per_row(rows: int) -> float:
-        ctl = controller(model, probe_after=1, max_probe_interval=4, probe_share=0.1)
+        ctl = controller(model, probe_after=1, max_probe_interval=4, probe_share=0.1, chain_probe_share=0.1)
         for row in range(rows):  # a drafter known to be wrong: it is only ever probed
             ctl._row(row).estimates["d"] = RowAcceptance(prior=[0.05], weight=50.0)
         probes = 0
@@ -253,7 +253,8 @@ def test_a_costly_chains_failed_probes_space_out_by_their_loss_alone():
     found 16-64 steps late)."""
     flat = (0.010, 0.0102, 0.0104, 0.0108, 0.0116, 0.0132, 0.0164, 0.0228)  # +2% a verified input
     ctl = controller(synthetic(flat, draft=(0.003, 0.0, 0.0002)), probe_after=4, max_probe_interval=64,
-                     probe_share=0.5)  # not a free drafter: a draft costs a third of a plain step
+                     chain_probe_share=0.5,  # not a free drafter: a draft costs a third of a plain step
+                     max_probe_discount=1.0)  # (not the failed probes' streak)
     ctl._row(0).estimates["d"] = RowAcceptance(prior=[0.02], weight=50.0)  # known to lose a little
     probes = 0
     for _ in range(200):
@@ -561,7 +562,7 @@ def test_evidence_fades_between_verdicts_so_one_verdict_after_a_long_wait_decide
     # In the controller: a costly drafter (1 ms + 1 ms a node against a 10 ms step) rejected twelve times, then
     # probed after a wait of 8 steps and its one-node probe accepted, drafts again at once (unfaded, the old
     # failures kept the row plain after that probe).
-    ctl = controller(synthetic(draft=(0.001, 0.0, 0.001)), probe_after=8, max_probe_interval=8, probe_share=0.5)
+    ctl = controller(synthetic(draft=(0.001, 0.0, 0.001)), probe_after=8, max_probe_interval=8, chain_probe_share=0.5)
     outcomes = iter([0] * 12 + [1] * 600)  # rejected, then its first token right again
     next_plan = None
     for index in range(600):
@@ -612,6 +613,42 @@ def test_a_plain_row_keeps_probing_while_its_catch_up_grows():
     _, ctl = run(False, rows=2, steps=600)
     row = ctl.rows[0]
     assert row.due["d"] > row.since["d"] + 500
+
+
+def test_a_costly_chains_probes_in_a_lone_row_take_their_own_steady_share():
+    """A costly chain drafter's wait in a row priced alone never doubles, so its failed probes cost a steady
+    share of the row's time: `chain_probe_share`, not `probe_share` (which is where waits that double start).
+    Three times the share, a third of the wait, and a row whose drafter is never right probes about three
+    times as often, until its failed probes' streak brings the share back to `probe_share` (on a model where
+    the drafter never pays, probing at 3% cost draft_model 3%); a live batch's probe, a free drafter's and one
+    that needs prompt slots keep `probe_share`."""
+    model = synthetic(draft=(0.0, 0.0, 0.004))  # 4 ms a node against a 10 ms plain step: a probe loses
+    model.live.curves[(True, 4)] = VerifyCurve(4, GRID, (0.020, 0.023, 0.026, 0.030, 0.036, 0.04, 0.05, 0.07))
+    items = _Items([0.1, 0.05], [1, 1], 0, member="d")
+    option = (items, 2, 0.0, 2)
+    batch = LiveBatch(4, None, 0.005, 0.020)
+    low, high = controller(model, chain_probe_share=0.01), controller(model, chain_probe_share=0.03)
+    assert low._probe_wait(option) > 10
+    assert high._probe_wait(option) == pytest.approx(low._probe_wait(option) / 3)
+    assert low._probe_wait(option, batch=batch) > 0
+    assert high._probe_wait(option, batch=batch) == pytest.approx(low._probe_wait(option, batch=batch))
+    assert high._probe_wait(option, costly=False) == pytest.approx(low._probe_wait(option, costly=False))
+    slots = (_Items([0.1, 0.05], [1, 1], 3, member="d"), 2, 0.0, 2)
+    assert low._probe_wait(slots) > 0
+    assert high._probe_wait(slots) == pytest.approx(low._probe_wait(slots))
+
+    def probes(**options) -> int:
+        model.live.acceptance["d"] = RowAcceptance(prior=[0.1, 0.1], weight=2.0)
+        model.live.probe_streaks.clear()
+        ctl = controller(model, **options)
+        return sum(step(ctl, [0], [list(range(1, 9))], [0])[0].probe[0] for _ in range(1200))
+
+    rare = probes(chain_probe_share=0.01, max_probe_discount=1.0)
+    often = probes(chain_probe_share=0.03, max_probe_discount=1.0)
+    assert rare >= 5 and 2.0 * rare <= often <= 4.0 * rare
+    # Probes that keep failing (`_probe_discount`) bring the share back down to probe_share, not below it.
+    assert rare <= probes(chain_probe_share=0.03) < 0.5 * often
+    assert probes(chain_probe_share=0.01) == rare
 
 
 def test_a_probe_in_a_live_batch_is_priced_at_the_batch_step():
@@ -1028,7 +1065,7 @@ def test_a_costly_drafter_is_probed_less_where_another_drafter_commits_more():
 
     def probes_of_d(good_is_right: bool) -> int:
         ctl = controller(model, members=[Member("good", False), Member("d", False)], probe_after=1,
-                         max_probe_interval=4, probe_share=0.1,  # waits set by the probes' expected loss
+                         max_probe_interval=4, chain_probe_share=0.1,  # waits set by the probes' expected loss
                          max_probe_discount=1.0)  # (not by failed probes' streak)
         probes = 0
         for _ in range(400):
@@ -1437,7 +1474,8 @@ def test_a_drafter_whose_probes_keep_failing_is_probed_more_rarely_across_calls(
         return ctl._probe_wait((items, 2, 0.0, 2))
 
     assert wait(3, len(probes)) == pytest.approx(discount * wait(3, 0))  # prompt slots: rarer
-    assert wait(0, len(probes)) == pytest.approx(wait(0, 0))  # a draft model's or self-draft's: as before
+    # a draft model's or self-draft's: from chain_probe_share back to probe_share, never rarer than that
+    assert wait(0, len(probes)) == pytest.approx(wait(0, 0) * ctl.options.chain_probe_share / ctl.options.probe_share)
     ctl.streaks["d"] = len(probes)
     ctl.finish()
     assert model.live.probe_streaks["d"] == len(probes)

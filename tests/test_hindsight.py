@@ -90,6 +90,22 @@ def test_by_score_reads_a_nodes_score_whatever_its_position():
     assert estimate.fork().absolute() == pytest.approx(estimate.absolute())  # a new row starts from it
 
 
+def test_the_by_score_table_kept_between_verdicts_is_the_one_the_counts_give():
+    """`by_score` reads a table kept bin by bin as verdicts come, not worked out every step: after any run of
+    verdicts it must equal the counts' own reading, and a fork must not share it."""
+    estimate = RowAcceptance()
+    for step in range(40):
+        scores = [(step * 0.037) % 1.0, (step * 0.11) % 1.0, 0.05]
+        probs, readings = estimate.by_score([-1, 0, 1], scores)
+        estimate.observe([-1, 0, 1], [step % 3 != 0, step % 2 == 0, step % 5 == 0], readings=readings, by_score=True)
+        counted = [(hits + 2.0 * prior) / (trials + 2.0) for prior, hits, trials
+                   in zip(estimate.absolute_prior, estimate.absolute_hits, estimate.absolute_trials)]
+        assert estimate.absolute() == pytest.approx(counted)
+    child = estimate.fork()
+    child.observe([-1], [True], readings=child.by_score([-1], [0.95])[1], by_score=True)
+    assert estimate.absolute() == pytest.approx(counted)  # the fork's verdicts are its own
+
+
 @pytest.mark.parametrize("verifier", ["exact", "rejection"])
 def test_the_engine_hands_the_controller_the_targets_choices_and_the_uncut_draft(verifier):
     """Greedy, anpd on steep costs (so drafts are cut): with `exact` each step's targets are exactly the tokens
