@@ -606,7 +606,8 @@ class GoodputController:
     def _probe_wait(self, option: tuple[_Items, int, float, int], instead: float = 0.0,
                     batch: LiveBatch | None = None, lag: float | None = None, costly: bool = True) -> float:
         """Steps to wait before probing a drafter, so that probes expected to lose cost at most
-        `probe_share` of the row's time (PPD's probe takes two steps: its prompt slots, then its tree). A probe
+        `probe_share` of the row's time (`_probe_share`: `chain_probe_share` for a `costly` chain in a row alone;
+        PPD's probe takes two steps: its prompt slots, then its tree). A probe
         loses against what the row would do instead: a plain step, or (drafter="auto") another drafter's
         expected rate `instead` when that is higher: probing draft_model in a row where anpd's chains
         commit three tokens a step costs those tokens, not a plain step's one.
@@ -673,8 +674,9 @@ class GoodputController:
         if items.base:  # a probe that needs prompt slots (PPD's) measures the device more than the text
             return self.options.probe_share / len(self.order) / self._probe_discount(items.member)
         if costly and batch is None:  # back to probe_share as its probes keep failing (`_probe_discount`)
-            chain_share = self.options.chain_probe_share / self._probe_discount(items.member)
-            return max(self.options.probe_share, chain_share) / len(self.order)
+            chain_share = self.options.chain_probe_share
+            floor = min(self.options.probe_share, chain_share)
+            return max(floor, chain_share / self._probe_discount(items.member)) / len(self.order)
         return self.options.probe_share / len(self.order)
 
     def _probe_discount(self, name: str | None) -> float:

@@ -630,6 +630,7 @@ def test_a_costly_chains_probes_in_a_lone_row_take_their_own_steady_share():
     low, high = controller(model, chain_probe_share=0.01), controller(model, chain_probe_share=0.03)
     assert low._probe_wait(option) > 10
     assert high._probe_wait(option) == pytest.approx(low._probe_wait(option) / 3)
+    assert controller(model, chain_probe_share=0.005)._probe_wait(option) == pytest.approx(2 * low._probe_wait(option))
     assert low._probe_wait(option, batch=batch) > 0
     assert high._probe_wait(option, batch=batch) == pytest.approx(low._probe_wait(option, batch=batch))
     assert high._probe_wait(option, costly=False) == pytest.approx(low._probe_wait(option, costly=False))
