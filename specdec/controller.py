@@ -671,13 +671,13 @@ class GoodputController:
         """The share of the row's time that `_probe_wait` lets a drafter's failed probes take (split among the
         members). A costly chain's in a row priced alone (`chain_probe_share`) is a steady share, as its wait never
         doubles; every other probe's wait doubles as its probes fail (`probe_share` is where it starts)."""
+        share = self.options.probe_share
         if items.base:  # a probe that needs prompt slots (PPD's) measures the device more than the text
-            return self.options.probe_share / len(self.order) / self._probe_discount(items.member)
-        if costly and batch is None:  # back to probe_share as its probes keep failing (`_probe_discount`)
-            chain_share = self.options.chain_probe_share
-            floor = min(self.options.probe_share, chain_share)
-            return max(floor, chain_share / self._probe_discount(items.member)) / len(self.order)
-        return self.options.probe_share / len(self.order)
+            share /= self._probe_discount(items.member)
+        elif costly and batch is None:  # back to probe_share as its probes keep failing (`_probe_discount`)
+            chain = self.options.chain_probe_share
+            share = max(min(share, chain), chain / self._probe_discount(items.member))
+        return share / len(self.order)
 
     def _probe_discount(self, name: str | None) -> float:
         """How many times rarer than `probe_share` allows a drafter's probes come: its probes failed
@@ -883,9 +883,9 @@ class GoodputController:
                 # alone wherever the drafter drafted here before, in a live batch only where it was right here)
                 interval_priced = row.right if batch is not None else row.prepared
                 grown = min(option[0].lag, row.interval[name]) if name in interval_priced else None
-                costly = name not in cheap_names
-                wait = self._probe_wait(option, instead, batch, grown, costly)
-                lost = wait * self._probe_share(option[0], batch, costly)  # the probe's expected loss, in row-steps
+                costly_probe = name not in cheap_names
+                wait = self._probe_wait(option, instead, batch, grown, costly_probe)
+                lost = wait * self._probe_share(option[0], batch, costly_probe)  # its expected loss, in row-steps
                 # A row that would decode plainly probes a drafter not yet verified in it after the first
                 # interval when the probe's expected loss is under FIRST_PROBE_SHARE of the request's remaining
                 # time: its estimates are the pooled ones of earlier requests, which no verdict moves while

@@ -96,7 +96,7 @@ def test_the_by_score_table_kept_between_verdicts_is_the_one_the_counts_give():
     estimate = RowAcceptance()
     for step in range(40):
         scores = [(step * 0.037) % 1.0, (step * 0.11) % 1.0, 0.05]
-        probs, readings = estimate.by_score([-1, 0, 1], scores)
+        _, readings = estimate.by_score([-1, 0, 1], scores)
         estimate.observe([-1, 0, 1], [step % 3 != 0, step % 2 == 0, step % 5 == 0], readings=readings, by_score=True)
         counted = [(hits + 2.0 * prior) / (trials + 2.0) for prior, hits, trials
                    in zip(estimate.absolute_prior, estimate.absolute_hits, estimate.absolute_trials)]
