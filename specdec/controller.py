@@ -53,11 +53,13 @@ controller off) to pin the costs too.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -149,6 +151,11 @@ BATCH_MARGIN = 0.05
 #: draft model stopped after a few drafted steps, having paid prefills that took draft_model to 0.93x of plain
 #: decoding (continuous batches).
 BATCH_PREPARE_STEPS = 8
+#: How far a static batch's rows' ends spread over the steps they have left (`last_chances`): the standard deviation
+#: of a row's steps to finish, per square root of them. Committing 1 + a geometric count of a 3-token chain's
+#: tokens a step at acceptance 0.5 (mean 1.9, sd 1.05 tokens), n steps end within 0.56 * sqrt(n) steps.
+LAST_SPREAD = 0.55
+_LOGISTIC_SD = math.sqrt(3.0) / math.pi  # a logistic's scale per unit of its standard deviation
 
 
 class ControllerOptions(BaseModel):
@@ -1131,8 +1138,7 @@ class GoodputController:
         if parts is None:
             return [1.0] * len(row_ids), None
         rows = [self.rows[r] for r in row_ids]
-        return row_weights(max_depth, [row.pace for row in rows], waiting, *parts,
-                           [self._first_acceptance(row) for row in rows])
+        return row_weights(max_depth, [row.pace for row in rows], waiting, *parts)
 
     def _step_parts(self, batch: int, contexts: Sequence[float | None]) -> tuple[float, float]:
         """(seconds a row adds to a plain step, the whole plain step): what one row leaving a static batch
@@ -1142,10 +1148,6 @@ class GoodputController:
         full = table.verify(batch, batch, self.packed, context) + overhead
         less = table.verify(batch - 1, batch - 1, self.packed, context) + overhead if batch > 1 else 0.0
         return max(0.0, full - less), full
-
-    def _first_acceptance(self, row: _Row) -> float:
-        """How likely the row's drafter's first node is accepted (its current one, else the first member)."""
-        return row.estimates[row.member or self.order[0]].conditional(0)
 
     def _reason(self, why: str) -> None:
         reasons = self.counts["plain_reasons"]
@@ -1657,25 +1659,25 @@ def mean_context(contexts: Iterable[float | None]) -> float | None:
 
 
 def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: Waiting, marginal: float = 1.0,
-                step: float = 1.0, accept: Sequence[float] | None = None) -> tuple[list[float], float | None]:
+                step: float = 1.0) -> tuple[list[float], float | None]:
     """What a committed token of each row is worth to the batch, and what a plain step is worth (None: the
     weights' sum). While more prompts wait than the batch has rows (continuous batching, or `waiting` is True:
     sizes unknown) a finished row's place is taken at once and later waves rebalance the rows: every token
     counts the same, one each.
 
-    Otherwise the batch runs until its last row is done, and worth is seconds saved. In a batch committing `pace`
-    tokens a step a token makes its row leave 1 / pace steps sooner: `marginal` seconds (what a row adds to a
-    step) over the pace (rows whose drafts already commit two tokens a step save half a step with one more).
-    The pace is the rows' mean, for every row: a row's own recent pace says whether the controller drafted it
-    lately, not how fast it can go, and projected at their own paces the row just drafted looked far ahead, the
-    other far behind and alone worth drafting, so static batches of 2 drafted one row a step, in turn (stop 56:
-    1.07-1.09x of batched plain decoding, 1.14-1.19x with the mean pace and the rows re-priced every step;
-    drafting every step ran 1.30x). Only the last row's progress ends the batch sooner, saving what a whole step
-    costs beyond its rows. When several rows are tied for last (within a step) the end moves only if all of them
-    advance: a row's token is credited that saving times the chance that the others' drafts advance them too
-    (the product of their first nodes' acceptance, `accept`), over the number tied, so that all of them drafting
-    adds up to the saving times the chance that all advance. A plain step is worth its cost (`step`), so a draft
-    is verified where the seconds it is expected to save exceed the seconds it adds.
+    Otherwise the batch runs until its last row is done, and worth is seconds saved, at a plain step's prices: a
+    token makes its row leave a step sooner, `marginal` seconds (what a row adds to a step), and moves the batch's
+    end by the chance that the row is the one that ends it (`last_chances`) times what a step costs beyond its
+    rows. The chances sum to one, so a plain step is worth what it costs (`step`) and the weights' sum, and
+    where every row is alike (a static batch's rows at the start, all tied) the weights are alike too: drafts are
+    verified where they raise the batch's tokens per second, as in a continuous batch. Rows are projected to their
+    ends at the batch's mean pace (a row's own says whether it was drafted lately, not how fast it can go: stop
+    56). Before stop 63 a token's worth was divided by that pace while a plain step's was not, so a batch whose
+    drafts paid valued the next draft at 1/pace of its worth and stopped drafting; and rows tied for last were
+    credited the end only with the product of the others' first-node acceptance (the end moves this step only if
+    all advance), 0.49^3 for each of four tied rows: static batches of 4 of draft_model decoded plainly where
+    3-token drafts every step ran 1.11-1.16x (benchmarks/results/goodput/batch_costs_s58). Over the steps left
+    the rows' ends spread (`LAST_SPREAD`), and the end moves with whichever row turns out last.
 
     The last wave of a continuous batch (no more prompts waiting than rows) ends the same way: the first rows to
     finish each hand their place to the next waiting prompt, so a row's place ends after its own tokens and
@@ -1688,19 +1690,28 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: Waitin
     queued = [] if isinstance(waiting, bool) else list(waiting)
     if waiting is True or len(queued) > count or count <= 1:
         return [1.0] * count, None
-    accept = list(accept) if accept is not None else [0.5] * count
     mean_pace = max(1.0, sum(pace) / count)  # every row's (see above)
-    steps = lane_ends([(max(r, 0) + 1) / mean_pace for r in remaining], queued)
-    most = max(steps)
-    last = [s >= most - 1.0 for s in steps]
-    ending = max(0.0, step - count * marginal) / sum(last)
-    factors = [a if is_last else 1.0 for a, is_last in zip(accept, last)]
-    before, after = [1.0] * (count + 1), [1.0] * (count + 1)  # products of the factors before / after row i
-    for i in range(count):
-        before[i + 1] = before[i] * factors[i]
-        after[count - 1 - i] = after[count - i] * factors[count - 1 - i]
-    return [(marginal + (ending * before[i] * after[i + 1] if last[i] else 0.0)) / mean_pace
-            for i in range(count)], step
+    ends = lane_ends([(max(r, 0) + 1) / mean_pace for r in remaining], queued)
+    ending = max(0.0, step - count * marginal)
+    return [marginal + ending * chance for chance in last_chances(ends)], step
+
+
+def last_chances(ends: Sequence[float]) -> list[float]:
+    """The chance that each row is the last to finish, its end `ends[i]` steps away give or take
+    LAST_SPREAD * sqrt(ends[i]) steps (at least half a step): independent logistic spreads, integrated on a grid
+    around the latest end. Rows far ahead of the last get ~0; rows tied share the end equally."""
+    mean = np.asarray(ends, dtype=float)
+    scale = np.maximum(0.5, LAST_SPREAD * np.sqrt(np.maximum(mean, 0.0))) * _LOGISTIC_SD
+    reach = 8.0 * float(scale.max())
+    grid = np.linspace(float(mean.max()) - reach, float(mean.max()) + reach, 129)
+    z = np.clip((grid[None, :] - mean[:, None]) / scale[:, None], -50.0, 50.0)
+    below = 1.0 / (1.0 + np.exp(-z))  # each row's chance of being done by that step
+    density = below * (1.0 - below) / scale[:, None]
+    log_below = np.log(np.maximum(below, 1e-300))
+    others = np.exp(log_below.sum(axis=0)[None, :] - log_below)  # the other rows all done by then
+    chances = (density * others).sum(axis=1)
+    total = float(chances.sum())
+    return (chances / total).tolist() if total > 0 else [1.0 / len(ends)] * len(ends)
 
 
 def lane_ends(steps: Sequence[float], queued: Sequence[int]) -> list[float]:

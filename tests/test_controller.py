@@ -34,6 +34,7 @@ from specdec.controller import (
     _Items,
     _SlotLook,
     lane_ends,
+    last_chances,
     row_weights,
 )
 from specdec.costs import (
@@ -134,20 +135,32 @@ def test_prices_in_one_call_equal_prices_one_at_a_time(batch, first, count, cont
 def test_static_batch_tokens_are_worth_the_seconds_they_save():
     assert row_weights([10, 10], [1.0, 1.0], True, 0.001, 0.02) == ([1.0, 1.0], None)  # prompts wait
     weights, base = row_weights([30, 10, 10], [1.0, 1.0, 1.0], False, 0.001, 0.02)
-    assert base == 0.02  # a plain step is worth what it costs
-    assert weights[0] == pytest.approx(0.001 + (0.02 - 3 * 0.001)) and weights[1:] == [0.001, 0.001]
-    # Three tied for last: the batch ends sooner only if the other two advance too.
-    weights, _ = row_weights([30, 30, 30], [1.0, 1.0, 1.0], False, 0.001, 0.02, [0.5, 0.9, 0.8])
-    assert weights == pytest.approx([0.001 + 0.017 * 0.72 / 3, 0.001 + 0.017 * 0.4 / 3, 0.001 + 0.017 * 0.45 / 3])
+    assert base == 0.02  # a plain step is worth what it costs, and the weights sum to it
+    assert weights == pytest.approx([0.001 + (0.02 - 3 * 0.001), 0.001, 0.001], abs=1e-5)
+    # Three tied for last: each is as likely to end the batch; their tokens are worth alike, a third of the end each
+    # (before stop 63 only with the others' first-node acceptance: 0.5^2 each, and tied rows never drafted).
+    weights, base = row_weights([30, 30, 30], [1.0, 1.0, 1.0], False, 0.001, 0.02)
+    assert weights == pytest.approx([0.001 + 0.017 / 3] * 3) and sum(weights) == pytest.approx(base)
     # Rows are projected at the batch's mean pace (here 2), not at their own: the row with most tokens left is
-    # last, though drafted lately (pace 3: at its own pace it would end first and row 1 alone last), and at two
-    # tokens a step a token saves half a step.
-    weights, _ = row_weights([40, 30, 10], [3.0, 1.0, 2.0], False, 0.001, 0.02)
-    assert weights == pytest.approx([(0.001 + 0.017) / 2, 0.001 / 2, 0.001 / 2])
-    # Two rows a token apart are tied at that pace (the row behind ends the batch only while the other's drafts
-    # keep it ahead), whatever their own paces say.
-    weights, _ = row_weights([40, 39], [3.0, 1.0], False, 0.001, 0.02, [0.8, 0.6])
-    assert weights == pytest.approx([(0.001 + 0.018 * 0.6 / 2) / 2, (0.001 + 0.018 * 0.8 / 2) / 2])
+    # last, though drafted lately (pace 3: at its own pace it would end first and row 1 alone last). A token is
+    # worth what it is at any pace: a plain step's is not divided by the pace either (before stop 63 a drafted
+    # token's was, and a batch whose drafts paid stopped drafting).
+    weights, _ = row_weights([60, 30, 10], [3.0, 1.0, 2.0], False, 0.001, 0.02)
+    assert weights == pytest.approx([0.001 + 0.017, 0.001, 0.001], abs=1e-5)
+    # Two rows a token apart: with many tokens left either may end the batch (their ends spread over the steps
+    # left); with few left the one behind almost surely does.
+    early, _ = row_weights([40, 39], [1.0, 1.0], False, 0.001, 0.02)
+    late, _ = row_weights([3, 2], [1.0, 1.0], False, 0.001, 0.02)
+    assert early[1] < early[0] < 0.001 + 0.018 * 0.6 and late[0] > 0.001 + 0.018 * 0.75
+
+
+def test_the_chance_of_ending_the_batch_follows_the_ends_and_their_spread():
+    assert sum(last_chances([12.0, 30.0, 29.0, 5.0])) == pytest.approx(1.0)
+    assert last_chances([20.0] * 4) == pytest.approx([0.25] * 4)
+    far = last_chances([101.0, 21.0, 21.0, 21.0])
+    assert far[0] == pytest.approx(1.0) and max(far[1:]) < 1e-6
+    near, wide = last_chances([4.0, 3.0]), last_chances([64.0, 63.0])
+    assert near[0] > wide[0] > 0.5  # a step apart matters less the more steps are left to spread over
 
 
 def test_the_last_wave_of_a_continuous_batch_ends_where_the_last_waiting_prompts_do():
@@ -156,20 +169,22 @@ def test_the_last_wave_of_a_continuous_batch_ends_where_the_last_waiting_prompts
     assert lane_ends([31.0, 11.0, 21.0], [25]) == [31.0, 36.0, 21.0]
     assert lane_ends([31.0, 11.0, 21.0], [25, 5]) == [31.0, 36.0, 26.0]
     assert row_weights([10, 30, 20], [1.0] * 3, [25, 25, 25, 25], 0.001, 0.02) == ([1.0] * 3, None)
-    # Row 1 finishes first and its place takes the waiting prompt: that place ends the batch, not row 1's own end.
+    # Row 1 finishes first and its place takes the waiting prompt: that place most likely ends the batch, not row
+    # 0's own end (36 steps against 31).
     weights, base = row_weights([30, 10, 20], [1.0] * 3, [25], 0.001, 0.02)
-    assert base == 0.02 and weights == pytest.approx([0.001, 0.001 + (0.02 - 3 * 0.001), 0.001])
+    assert base == 0.02 and weights[1] > 0.001 + 0.017 * 0.75 and weights[0] < 0.001 + 0.017 * 0.25
+    assert weights[2] == pytest.approx(0.001, abs=1e-5)
     assert row_weights([30, 10, 20], [1.0] * 3, [], 0.001, 0.02) == row_weights([30, 10, 20], [1.0] * 3, False,
                                                                                 0.001, 0.02)
-    # As many prompts waiting as rows, all of one size: every place ends together, so the end moves only if
-    # every row advances (as in a static batch whose rows are tied).
-    tied, _ = row_weights([63, 63], [1.0, 1.0], [64, 64], 0.001, 0.02, [0.5, 0.4])
-    assert tied == pytest.approx([0.001 + 0.018 * 0.4 / 2, 0.001 + 0.018 * 0.5 / 2])
+    # As many prompts waiting as rows, all of one size: every place ends together, each as likely to end last.
+    tied, _ = row_weights([63, 63], [1.0, 1.0], [64, 64], 0.001, 0.02)
+    assert tied == pytest.approx([0.001 + 0.018 / 2] * 2)
 
 
 def test_a_static_batch_drafts_for_the_row_that_ends_it():
     """In a static batch a token of a row that is not last only lets that row leave a step sooner (here 1
-    ms of a 13 ms step); drafts pay for the row the batch waits for, not for rows tied with three others."""
+    ms of a 13 ms step); drafts pay for the row the batch waits for, and rows tied for last draft as if every
+    token counted alike."""
     model = CostModel("test")
     for bucket, curve in ((1, CPU_LIKE), (2, (0.011, 0.0125, 0.014, 0.017, 0.023, 0.035, 0.059, 0.107)),
                           (4, (0.013, 0.0145, 0.016, 0.019, 0.025, 0.037, 0.061, 0.109))):
@@ -181,12 +196,16 @@ def test_a_static_batch_drafts_for_the_row_that_ends_it():
         draft, _ = ctl.cut(chain([[1, 2, 3]] * 4), plan, 0.0)
         return draft.num_nodes.tolist()
 
-    assert kept([50, 50, 50, 50]) == [0, 0, 0, 0]
     straggler = kept([100, 20, 20, 20])
     assert straggler[0] >= 1 and straggler[1:] == [0, 0, 0]
-    assert sum(kept([50, 50, 50, 50], waiting=True)) > 0  # while prompts wait, every token counts alike
-    assert sum(kept([50, 50, 50, 50], waiting=[64] * 5)) > 0  # more than a wave waits: alike too
-    assert kept([50, 50, 50, 50], waiting=[64] * 4) == [0, 0, 0, 0]  # the last wave: every place must advance
+    alike = kept([50, 50, 50, 50], waiting=True)  # while prompts wait, every token counts alike
+    assert sum(alike) > 0
+    assert kept([50, 50, 50, 50], waiting=[64] * 5) == alike  # more than a wave waits: alike too
+    # Rows tied for last are each as likely to end the batch: drafted as if tokens counted alike (before stop 63
+    # a tied row's token moved the end only with the others' first-node acceptance, and none drafted), in a
+    # static batch and in a continuous batch's last wave whose places all end together.
+    assert kept([50, 50, 50, 50]) == alike
+    assert kept([50, 50, 50, 50], waiting=[64] * 4) == alike
     handing_on = kept([20, 50, 50, 50], waiting=[64])  # row 0's place, taken by the prompt, ends the batch
     assert handing_on[0] >= 1 and handing_on[1:] == [0, 0, 0]
 
@@ -197,11 +216,11 @@ def test_a_static_batch_prices_a_row_cut_for_another_again_next_step():
     batch's pricing made plain are, the two rows of static batches of 2 drafted in turn, one a step.)"""
     model = synthetic(batch=2, draft=(0.0026, 0.0, 0.0001))  # a costly drafter: planned before it drafts
     ctl = controller(model)
-    first = ctl.plan([0, 1], [33, 30], 64, waiting=False)
+    first = ctl.plan([0, 1], [12, 6], 64, waiting=False)
     assert first.budget[0] > 0 and first.choice[1] is None  # row 0 ends the batch: only its draft pays
     draft, cut = ctl.cut(chain([[1] * first.budget[0], []]), first, 0.0)
     ctl.observe(first, cut, verdict([first.budget[0], 0], draft.width), {})
-    second = ctl.plan([0, 1], [25, 29], 64, waiting=False)  # row 0's draft was accepted: row 1 is last now
+    second = ctl.plan([0, 1], [3, 5], 64, waiting=False)  # row 0's draft was accepted: row 1 is last now
     assert second.choice[1] == "d" and second.budget[1] > 0
 
 
