@@ -1675,9 +1675,10 @@ def row_weights(remaining: Sequence[int], pace: Sequence[float], waiting: Waitin
     56). Before stop 63 a token's worth was divided by that pace while a plain step's was not, so a batch whose
     drafts paid valued the next draft at 1/pace of its worth and stopped drafting; and rows tied for last were
     credited the end only with the product of the others' first-node acceptance (the end moves this step only if
-    all advance), 0.49^3 for each of four tied rows: static batches of 4 of draft_model decoded plainly where
-    3-token drafts every step ran 1.11-1.16x (benchmarks/results/goodput/batch_costs_s58). Over the steps left
-    the rows' ends spread (`LAST_SPREAD`), and the end moves with whichever row turns out last.
+    all advance), 0.49^3 for each of four tied rows, so a static batch whose rows start tied never drafted
+    (benchmarks/results/goodput/batch_costs_s58; checks_s63 for what the change measured: within this CPU's
+    spread, as its batches of 4 and more seldom draft for other reasons). Over the steps left the rows' ends spread
+    (`LAST_SPREAD`), and the end moves with whichever row turns out last.
 
     The last wave of a continuous batch (no more prompts waiting than rows) ends the same way: the first rows to
     finish each hand their place to the next waiting prompt, so a row's place ends after its own tokens and
