@@ -138,8 +138,10 @@ FREE_NODES = 16
 LOOK_RETRY = 2.0
 #: Most of a request's remaining time a plain row's first probe of a drafter may be expected to lose (`plan`).
 FIRST_PROBE_SHARE = 0.02
-#: Steps before a costly drafter's early first probe in a plain row (short answers end before it).
+#: Most steps before a costly drafter's early first probe in a plain row (short answers end before it); sooner
+#: where even an answer that ends right after the probe loses at most FIRST_PROBE_SHORT_SHARE of its steps to it.
 FIRST_PROBE_STEPS = 12
+FIRST_PROBE_SHORT_SHARE = 0.1
 #: In a batch, how much more (relative) than a plain step a draft must promise to be verified (`_solve`). The
 #: best of many noisy estimates is an optimistic one, and a batch adds costs the estimate leaves out (a draft
 #: model's prefill of every row it drafts, rows joining). Near break-even, where a batch's drafts sit on this
@@ -902,11 +904,16 @@ class GoodputController:
                 # steps, and probing it once a request took ppd from 0.99 to 0.97 of plain decoding.) A costly
                 # drafter's comes after FIRST_PROBE_STEPS: the tokens left are counted up to max_new_tokens, not
                 # to where the answer ends, and on translation's 9- to 11-token answers a probe at step 4 of
-                # ppd_draft_model (~2 plain steps) cost 10-14% of the request. A free drafter's (one node
-                # verified) costs next to nothing: delayed too, anpd lost 10% on Spec-Bench.
+                # ppd_draft_model (~2 plain steps) cost 10-14% of the request. Sooner where even an answer that
+                # ends right after the probe loses at most FIRST_PROBE_SHORT_SHARE of its steps to it: a draft
+                # model's one-token probe behind a short prompt (~0.2 of a plain step) comes at the first interval
+                # (the first qa request after summarization's documents waited 12 plain steps for a probe after
+                # which it drafted every step). A free drafter's (one node verified) costs next to nothing:
+                # delayed too, anpd lost 10% on Spec-Bench.
                 if (pick is None and not row.estimates[name].trials and not option[0].base
                         and lost <= FIRST_PROBE_SHARE * depth):
-                    wait = 0.0 if name in cheap_names else float(FIRST_PROBE_STEPS)
+                    wait = 0.0 if name in cheap_names else float(
+                        min(FIRST_PROBE_STEPS, math.ceil(lost / FIRST_PROBE_SHORT_SHARE) - 1))
                 row.due[name] = max(row.interval[name], wait)
             probed, row.probed = row.probed, None
             if probed is not None and probed != pending and probed in options and (pick is None or pick == probed):
