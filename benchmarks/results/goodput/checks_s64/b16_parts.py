@@ -1,28 +1,49 @@
-"""anpd static batch of B: per step the engine's phase times (draft, verify, other) for resting (no row looking) and
-looking steps, against none's steps; CPU seconds of the call."""
-import sys, time, statistics as S
+"""anpd in a static batch of B of the batching benchmark's prompts (64 new tokens), side by side with `none`, four
+repeats, a fresh cost model each (so anpd's first call measures its costs): per call the process CPU seconds and the
+engine's phase seconds, and for anpd the mean phase milliseconds of resting steps (no row looks) and looking steps.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/results/goodput/checks_s64/b16_parts.py 16
+"""
+import statistics
+import sys
+import time
+
 import torch
-import specdec
 from specdec.benchmarks.batching import load_prompts
+
+import specdec
 from specdec.costs import CostModel, device_key
 from specdec.target import context_length, model_device
+
 torch.set_num_threads(1)
 pair = specdec.load_default()
 prompts = load_prompts(pair.tokenizer, context_length(pair.target), 16, 64, 384)
-B = int(sys.argv[1])
-costs = {c: CostModel(device_key(model_device(pair.target))) for c in ("none", "anpd")}
-for rep in range(4):
+batch = int(sys.argv[1])
+costs = {cell: CostModel(device_key(model_device(pair.target))) for cell in ("none", "anpd")}
+
+
+def mean_ms(steps: list[dict], key: str) -> float:
+    return 1000 * statistics.mean(step.get(key, 0.0) for step in steps) if steps else float("nan")
+
+
+for repeat in range(4):
     for cell in ("none", "anpd"):
-        t = time.process_time()
-        out = specdec.generate(pair.target, prompts[:B], drafter=cell, max_new_tokens=64, verifier="exact", eos_token_id=[],
-                               cost_model=costs[cell], controller={"trace": True} if cell == "anpd" else True)
-        t = time.process_time() - t
-        st = out.stats
+        started = time.process_time()
+        out = specdec.generate(pair.target, prompts[:batch], drafter=cell, max_new_tokens=64, verifier="exact",
+                               eos_token_id=[], cost_model=costs[cell],
+                               controller={"trace": True} if cell == "anpd" else True)
+        seconds = time.process_time() - started
+        stats = out.stats
         if cell == "none":
-            print(f"rep {rep} none cpu {t:.3f} draft {st.draft_time:.3f} verify {st.verify_time:.3f} other {st.other_time:.3f} per step other {st.other_time/st.batch_steps*1000:.2f}ms verify {st.verify_time/st.batch_steps*1000:.2f}ms")
+            print(f"rep {repeat} none cpu {seconds:.3f} draft {stats.draft_time:.3f} verify {stats.verify_time:.3f} "
+                  f"other {stats.other_time:.3f} per step other {stats.other_time / stats.batch_steps * 1000:.2f}ms "
+                  f"verify {stats.verify_time / stats.batch_steps * 1000:.2f}ms")
             continue
-        tr = st.controller["trace"]
-        rest = [x for x in tr if not any(c is not None for c in x["choice"])]
-        look = [x for x in tr if any(c is not None for c in x["choice"])]
-        def m(xs, k): return 1000 * S.mean([x.get(k, 0.0) for x in xs]) if xs else float("nan")
-        print(f"rep {rep} anpd cpu {t:.3f} draft {st.draft_time:.3f} verify {st.verify_time:.3f} other {st.other_time:.3f} | rest {len(rest)} steps: d {m(rest,'draft'):.2f} v {m(rest,'verify'):.2f} o {m(rest,'other'):.2f} ms | look {len(look)}: d {m(look,'draft'):.2f} v {m(look,'verify'):.2f} o {m(look,'other'):.2f} ms, verified {sum(sum(x['verified']) for x in look)}")
+        trace = stats.controller["trace"]
+        rest = [step for step in trace if all(choice is None for choice in step["choice"])]
+        look = [step for step in trace if any(choice is not None for choice in step["choice"])]
+        print(f"rep {repeat} anpd cpu {seconds:.3f} draft {stats.draft_time:.3f} verify {stats.verify_time:.3f} "
+              f"other {stats.other_time:.3f} | rest {len(rest)} steps: d {mean_ms(rest, 'draft'):.2f} "
+              f"v {mean_ms(rest, 'verify'):.2f} o {mean_ms(rest, 'other'):.2f} ms | look {len(look)}: "
+              f"d {mean_ms(look, 'draft'):.2f} v {mean_ms(look, 'verify'):.2f} o {mean_ms(look, 'other'):.2f} ms, "
+              f"verified {sum(sum(step['verified']) for step in look)}")

@@ -1,34 +1,54 @@
-"""Per cell at a static batch: cProfile of one call after warm-ups; CPU seconds in torch kernels vs Python host
-work, and the cumulative time of specdec's controller/drafter/engine functions."""
-import cProfile, pstats, sys, time
+"""Static batch of B of the batching benchmark's prompts (64 new tokens): per cell, cProfile of one call after two
+warm-ups, the call's profiled seconds split into built-ins (torch kernels and other C calls) and Python, and the
+cumulative seconds of the controller's, cost model's, estimates' and exit's busiest functions.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/results/goodput/checks_s64/prof_host.py 16 none draft_model anpd
+"""
+import cProfile
+import pstats
+import sys
+
 import torch
-import specdec
 from specdec.benchmarks.batching import load_prompts
+
+import specdec
 from specdec.costs import CostModel, device_key
 from specdec.target import context_length, model_device
+
+OWN = ("controller", "costs", "acceptance", "chain_exit")
+
 torch.set_num_threads(1)
 pair = specdec.load_default()
 prompts = load_prompts(pair.tokenizer, context_length(pair.target), 16, 64, 384)
-B = int(sys.argv[1]); cells = sys.argv[2:]
-models = {c: CostModel(device_key(model_device(pair.target))) for c in cells}
-def go(cell, prof=None):
-    name, _, o = cell.partition(":")
-    opts = dict(kv.split("=") for kv in o.split(",")) if o else {}
-    if name == "draft_model": opts["model"] = pair.draft
-    if prof: prof.enable()
-    out = specdec.generate(pair.target, prompts[:B], drafter=name, drafter_options=opts, max_new_tokens=64,
+batch, cells = int(sys.argv[1]), sys.argv[2:]
+models = {cell: CostModel(device_key(model_device(pair.target))) for cell in cells}
+
+
+def run(cell: str, profile: cProfile.Profile | None = None):
+    name, _, given = cell.partition(":")
+    options = dict(item.split("=") for item in given.split(",")) if given else {}
+    if name == "draft_model":
+        options["model"] = pair.draft
+    if profile is not None:
+        profile.enable()
+    out = specdec.generate(pair.target, prompts[:batch], drafter=name, drafter_options=options, max_new_tokens=64,
                            verifier="exact", eos_token_id=[], cost_model=models[cell])
-    if prof: prof.disable()
+    if profile is not None:
+        profile.disable()
     return out.stats
-for c in cells: go(c); go(c)
-for c in cells:
-    p = cProfile.Profile(); st = go(c, p)
-    s = pstats.Stats(p); total = s.total_tt
-    kernels = sum(v[2] for k, v in s.stats.items() if k[0] == "~" )
-    spec = {}
-    for (f, l, fn), v in s.stats.items():
-        if "/specdec/" in f and ("controller" in f or "costs" in f or "acceptance" in f or "chain_exit" in f):
-            spec[f.split('/')[-1] + ":" + fn] = v[3]
-    top = sorted(spec.items(), key=lambda kv: -kv[1])[:6]
-    print(f"== {c}: total {total:.3f}s builtins {kernels:.3f}s python {total - kernels:.3f}s steps {st.batch_steps} rowsteps {st.steps} plain {st.no_draft_row_steps}")
-    print("   " + " | ".join(f"{k} {v*1000:.0f}ms" for k, v in top))
+
+
+for cell in cells:
+    run(cell)
+    run(cell)
+for cell in cells:
+    profile = cProfile.Profile()
+    stats = run(cell, profile)
+    table = pstats.Stats(profile)
+    builtins = sum(entry[2] for (path, _, _), entry in table.stats.items() if path == "~")
+    own = {f"{path.split('/')[-1]}:{function}": entry[3] for (path, _, function), entry in table.stats.items()
+           if "/specdec/" in path and any(part in path for part in OWN)}
+    busiest = sorted(own.items(), key=lambda item: -item[1])[:6]
+    print(f"== {cell}: total {table.total_tt:.3f}s builtins {builtins:.3f}s python {table.total_tt - builtins:.3f}s "
+          f"steps {stats.batch_steps} rowsteps {stats.steps} plain {stats.no_draft_row_steps}")
+    print("   " + " | ".join(f"{key} {seconds * 1000:.0f}ms" for key, seconds in busiest))

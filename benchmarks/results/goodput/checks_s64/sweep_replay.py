@@ -1,31 +1,54 @@
-"""Run `specdec bench` with a patched controller that logs each call's steps to $REPLAY_LOG, one line per call:
-'.' plain, else [p for a probe]budget/verified/accepted:c0 (the row's first-node estimate after the verdict)."""
-import json, os, sys
-from specdec import controller as G
+"""Run `specdec bench` with the goodput controller patched to log each call's steps to $REPLAY_LOG, one JSON line per
+controller call: the calls run in the sweep's own order, with the state the sweep carries between them. A lone row's
+step is `[p]budget/verified/accepted:c0` (`p` a probe; c0 the row's first-node estimate of the controller's first
+member after the verdict) or `.` when it verified no node.
+
+    REPLAY_LOG=out.log .venv/bin/python benchmarks/results/goodput/checks_s64/sweep_replay.py bench --preset full \\
+        --per-category 5 --max-new-tokens 128 --repeats 1 --drafter none --drafter draft_model:model=@draft \\
+        --out /tmp/replay --no-progress --fresh
+"""
+import json
+import os
+import sys
+
 from specdec import cli
+from specdec import controller as goodput
+
 LOG = open(os.environ["REPLAY_LOG"], "a")
-orig_rows, orig_observe, orig_finish = G.GoodputController._observe_rows, G.GoodputController.observe, G.GoodputController.finish
-def _observe_rows(self, *a, **k):
-    counts = orig_rows(self, *a, **k)
+Controller = goodput.GoodputController
+_observe_rows, _observe, _finish = Controller._observe_rows, Controller.observe, Controller.finish
+
+
+def observe_rows(self, *args, **kwargs):
+    counts = _observe_rows(self, *args, **kwargs)
     self._last_counts = counts
     return counts
-def observe(self, plan, cut, verdict, timings, *a, **k):
+
+
+def observe(self, plan, cut, verdict, timings, *args, **kwargs):
     self._last_counts = None
-    orig_observe(self, plan, cut, verdict, timings, *a, **k)
+    _observe(self, plan, cut, verdict, timings, *args, **kwargs)
     log = self.__dict__.setdefault("_replay", [])
-    if plan.choice and len(plan.choice) == 1:
-        ver = len(cut.order[0]) if cut.order else 0
-        if plan.choice[0] is None or ver == 0:
-            log.append("."); return
-        row = self.rows.get(self._current_ids[0])
-        e = row.estimates.get(self.order[0]) if row else None
-        c0 = f"{e.conditional(0):.2f}" if e is not None else "?"
-        a_ = self._last_counts[0] if self._last_counts else "?"
-        log.append(f"{'p' if plan.probe[0] else ''}{plan.budget[0]}/{ver}/{a_}:{c0}")
+    if len(plan.choice) != 1:
+        return
+    verified = len(cut.order[0]) if cut.order else 0
+    if plan.choice[0] is None or verified == 0:
+        log.append(".")
+        return
+    row = self.rows.get(self._current_ids[0])
+    estimate = row.estimates.get(self.order[0]) if row else None
+    first = f"{estimate.conditional(0):.2f}" if estimate is not None else "?"
+    accepted = self._last_counts[0] if self._last_counts else "?"
+    log.append(f"{'p' if plan.probe[0] else ''}{plan.budget[0]}/{verified}/{accepted}:{first}")
+
+
 def finish(self):
-    orig_finish(self)
-    LOG.write(json.dumps({"name": self.name, "steps": self.__dict__.get("_replay", [])}) + "\n"); LOG.flush()
-G.GoodputController._observe_rows = _observe_rows
-G.GoodputController.observe = observe
-G.GoodputController.finish = finish
+    _finish(self)
+    LOG.write(json.dumps({"name": self.name, "steps": self.__dict__.get("_replay", [])}) + "\n")
+    LOG.flush()
+
+
+Controller._observe_rows = observe_rows
+Controller.observe = observe
+Controller.finish = finish
 sys.exit(cli.main(sys.argv[1:]))
