@@ -9,6 +9,7 @@ Writes targets.md into that folder and prints it.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,6 +82,23 @@ def pooled_ratios(folder: Path, clock: str) -> dict[str, dict[str, float]]:
     return over_none({label: {c: t / s for c, (t, s) in cats.items()} for label, cats in totals.items()})
 
 
+def paired_ratios(folder: Path, clock: str) -> dict[str, dict[str, float]]:
+    """Per category, the geometric mean over samples and repeats of `none`'s seconds over the cell's on the same
+    sample in the same repeat. The harness runs the cells call by call, so the two ran minutes apart at most, and the
+    machine's slow drift, which moves a call's time by 13-16% between repeats on this project's CPU, cancels in the
+    pair (stop 64, `benchmarks/results/goodput/checks_s64`). For reading only: no target is checked on it."""
+    times: dict[str, list[tuple[str, list[float]]]] = {}
+    for label, category, _, seconds in sample_times(folder, clock):
+        times.setdefault(label, []).append((category, seconds))
+    logs: dict[str, dict[str, list[float]]] = {}
+    for label, samples in times.items():
+        for (category, seconds), (_, base) in zip(samples, times["none"]):
+            for key in (category, "overall"):
+                logs.setdefault(label, {}).setdefault(key, []).extend(
+                    math.log(b / t) for b, t in zip(base, seconds))
+    return {label: {c: math.exp(sum(v) / len(v)) for c, v in cats.items()} for label, cats in logs.items()}
+
+
 def repeat_count(folder: Path) -> int:
     """Repeats of the run's cells (the titles said 3 whatever the run did)."""
     for line in (folder / "cells.jsonl").read_text().splitlines():
@@ -110,7 +128,10 @@ def main(folder: Path) -> str:
              f"process CPU time, mean over the {repeats} repeats": sample_ratios(folder, "cpu_times", best=False),
              "wall clock, each sample's fastest repeat": sample_ratios(folder, "wall_times", best=True),
              "process CPU time, all tokens over all seconds (not the harness's mean of per-sample speeds; "
-             "for reading only, no target is checked on it)": pooled_ratios(folder, "cpu_times")}
+             "for reading only, no target is checked on it)": pooled_ratios(folder, "cpu_times"),
+             "process CPU time, paired: none's seconds over the cell's on the same sample in the same repeat, "
+             "geometric mean (cancels the machine's slow drift; for reading only, no target is checked on it)":
+             paired_ratios(folder, "cpu_times")}
     lines = [f"# Issue 21 targets ({folder.name})", "", f"Command: `{command}`", "",
              "Ratio = tokens/s over specdec `none` of the same run (mean per-sample tokens/s, as the harness).",
              "No-draft share: row-steps that verified no draft node (first repeat's calls).", ""]
