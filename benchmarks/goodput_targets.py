@@ -36,9 +36,9 @@ def no_draft_shares(folder: Path) -> dict[str, float]:
     return shares
 
 
-def sample_times(folder: Path, clock: str) -> Iterator[tuple[str, str, int, list[float]]]:
-    """Per sample of the specdec cells in cells.jsonl: its cell's label, its category, its tokens and its
-    seconds on `clock` ("wall_times" or "cpu_times") per repeat, its turns summed."""
+def sample_times(folder: Path, clock: str) -> Iterator[tuple[str, str, int, list[float], str]]:
+    """Per sample of the specdec cells in cells.jsonl: its cell's label, its category, its tokens, its
+    seconds on `clock` ("wall_times" or "cpu_times") per repeat, its turns summed, and its sample id."""
     for line in (folder / "cells.jsonl").read_text().splitlines():
         record = json.loads(line)
         if record["status"] != "ok" or record["cell"].get("method") != "specdec":
@@ -49,7 +49,7 @@ def sample_times(folder: Path, clock: str) -> Iterator[tuple[str, str, int, list
             tokens = sum(len(turn["tokens"]) for turn in sample["turns"])
             repeats = len(calls[sample["turns"][0]["call"]][clock])
             times = [sum(calls[turn["call"]][clock][r] for turn in sample["turns"]) for r in range(repeats)]
-            yield label, sample["category"], tokens, times
+            yield label, sample["category"], tokens, times, sample["sample_id"]
 
 
 def over_none(speeds: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -62,7 +62,7 @@ def sample_ratios(folder: Path, clock: str, best: bool) -> dict[str, dict[str, f
     tokens/s over the mean of none's), on `clock`, either over every repeat or each sample's fastest repeat
     (`best`: another job on the machine only ever adds time)."""
     values: dict[str, dict[str, list[float]]] = {}
-    for label, category, tokens, times in sample_times(folder, clock):
+    for label, category, tokens, times, _ in sample_times(folder, clock):
         speeds = [tokens / min(times)] if best else [tokens / t for t in times]
         for key in (category, "overall"):
             values.setdefault(label, {}).setdefault(key, []).extend(speeds)
@@ -74,7 +74,7 @@ def pooled_ratios(folder: Path, clock: str) -> dict[str, dict[str, float]]:
     number, which averages per-sample speeds and so weighs a 9-token translation answer like a 128-token one;
     shown beside it to tell a cell that is slower from one whose short answers are."""
     totals: dict[str, dict[str, list[float]]] = {}
-    for label, category, tokens, times in sample_times(folder, clock):
+    for label, category, tokens, times, _ in sample_times(folder, clock):
         for key in (category, "overall"):
             tokens_seconds = totals.setdefault(label, {}).setdefault(key, [0.0, 0.0])
             tokens_seconds[0] += tokens
@@ -87,15 +87,13 @@ def paired_ratios(folder: Path, clock: str) -> dict[str, dict[str, float]]:
     sample in the same repeat. The harness runs the cells call by call, so the two ran minutes apart at most, and the
     machine's slow drift, which moves a call's time by 13-16% between repeats on this project's CPU, cancels in the
     pair (stop 64, `benchmarks/results/goodput/checks_s64`). For reading only: no target is checked on it."""
-    times: dict[str, list[tuple[str, list[float]]]] = {}
-    for label, category, _, seconds in sample_times(folder, clock):
-        times.setdefault(label, []).append((category, seconds))
+    samples = list(sample_times(folder, clock))
+    base = {sample: seconds for label, _, _, seconds, sample in samples if label == "none"}
     logs: dict[str, dict[str, list[float]]] = {}
-    for label, samples in times.items():
-        for (category, seconds), (_, base) in zip(samples, times["none"]):
-            for key in (category, "overall"):
-                logs.setdefault(label, {}).setdefault(key, []).extend(
-                    math.log(b / t) for b, t in zip(base, seconds))
+    for label, category, _, seconds, sample in samples:
+        for key in (category, "overall"):
+            logs.setdefault(label, {}).setdefault(key, []).extend(
+                math.log(b / t) for b, t in zip(base[sample], seconds))
     return {label: {c: math.exp(sum(v) / len(v)) for c, v in cats.items()} for label, cats in logs.items()}
 
 

@@ -468,15 +468,13 @@ def test_a_new_request_probes_a_drafter_that_earlier_requests_gave_up_on():
     assert ctl.pooled["d"].conditional(0) > pooled  # the verdict reaches what the next request starts from
     # A probe expected to lose more than a plain step waits FIRST_PROBE_STEPS, so that a short answer (translation's
     # 9-11 tokens) does not pay for it.
-    model = synthetic(draft=(0.0, 0.0, 0.015))
-    model.live.acceptance["d"] = RowAcceptance(prior=[0.1, 0.5], weight=50.0)
-    dear = controller(model)
+    dear_model = synthetic(draft=(0.0, 0.0, 0.015))
+    dear_model.live.acceptance["d"] = RowAcceptance(prior=[0.1, 0.5], weight=50.0)
+    dear = controller(dear_model)
     plans = [step(dear, [0], [list(range(1, 9))], [8])[0] for _ in range(24)]
     first = next(i for i, plan in enumerate(plans) if plan.choice == ["d"])
     assert plans[first].probe == [True] and FIRST_PROBE_STEPS <= first <= FIRST_PROBE_STEPS + 1
     # Once the row has its own verdicts, failed probes wait as long as their loss says.
-    model = synthetic(draft=(0.0, 0.0, 0.002))
-    model.live.acceptance["d"] = RowAcceptance(prior=[0.1, 0.5], weight=50.0)
     again = controller(model)
     plans = [step(again, [0], [list(range(1, 9))], [0])[0] for _ in range(64)]
     assert sum(plan.probe[0] for plan in plans) <= 3
