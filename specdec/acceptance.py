@@ -253,9 +253,18 @@ class RowAcceptance:
         the score calibration of explored drafters (`age`; see `node_estimates`), or with `by_score` its bins.
         `known`: which nodes' verdicts are known (None: all); the others are no trials (nodes below one cut away,
         judged in hindsight). `by_score`: the readings are `by_score`'s."""
-        while len(self.trials) < len(accepted):  # the prior enters as pseudo-counts that decay too
-            self.hits.append(self.weight * self._start(len(self.trials)))
-            self.trials.append(self.weight)
+        if len(self.trials) < len(accepted):
+            # A position verified for the first time enters with prior pseudo-counts that decay too, at what it was
+            # priced at until now (`conditional`; with `age`, chains are explored: no less likely than the parent).
+            # Entered at the prior alone, an explored position fell when its first verdict was an acceptance
+            # (1.0 -> 0.71 under a pooled prior of 0.5): layer_skip's seventh node, accepted, held its chains at 7.
+            priced: list[float] = []
+            for i, parent in enumerate(parents[:len(accepted)]):
+                chained = age and parent == i - 1
+                priced.append(self.conditional(i, chained, priced[parent] if chained and parent >= 0 else None))
+            for position in range(len(self.trials), len(accepted)):
+                self.hits.append(self.weight * priced[position])
+                self.trials.append(self.weight)
         for i, (parent, hit) in enumerate(zip(parents, accepted)):
             if (parent >= 0 and not accepted[parent]) or (known is not None and not known[i]):
                 continue

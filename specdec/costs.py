@@ -207,17 +207,19 @@ class _CurveTerms:
 
 
 def correction_sources(grid: tuple[int, ...], learnt: Container[int], extra: float) -> tuple[int, int, float]:
-    """Which grid points' corrections price `extra` inputs: (low, high, weight of high). The nearest grid point where
-    one was learnt; else linear between the nearest learnt points on either side of `extra`, the nearest one alone
-    past either end; (-1, -1, 0.0) where none was learnt (no correction). A width no step has used yet reads its
-    neighbours: with a correction of 1.0 there instead, a batch of 8 that learnt 1.24 for its plain steps and
-    1.06-1.07 for 4 to 8 extra inputs priced 1 to 3 extra inputs 8-14% below a plain step."""
-    point = nearest(grid, extra)
-    if point in learnt:
-        return point, point, 0.0
-    below = max((p for p in range(point) if p in learnt), default=-1)
-    above = min((p for p in range(point + 1, len(grid)) if p in learnt), default=-1)
-    if below < 0 or above < 0:
+    """Which grid points' corrections price `extra` inputs: (low, high, weight of high). Linear between the nearest
+    learnt points on either side of `extra` (the one alone at a learnt grid point, the nearest one alone past either
+    end); (-1, -1, 0.0) where none was learnt (no correction). A width between grid points is priced, and teaches
+    (`CostModel.observe_verify`), both of its neighbours: read from the nearest one alone, the corrections' noise put
+    steps into the curve between grid points (a RAG row's 7-node chain priced 6.6 ms above its 6-node one, a third of
+    a step, where timing every width shows ~0.5 ms), and the exit stopped layer_skip's chains there all accepted. A
+    width no step has used yet reads its neighbours too: with a correction of 1.0 there instead, a batch of 8 that
+    learnt 1.24 for its plain steps and 1.06-1.07 for 4 to 8 extra inputs priced 1 to 3 extra inputs 8-14% below a
+    plain step."""
+    low, high = bracket(grid, extra)
+    below = max((p for p in range(low + 1) if p in learnt), default=-1)
+    above = min((p for p in range(high, len(grid)) if p in learnt), default=-1)
+    if below < 0 or above < 0 or below == above:
         return (above, above, 0.0) if below < 0 else (below, below, 0.0)
     return below, above, (extra - grid[below]) / (grid[above] - grid[below])
 
@@ -405,7 +407,8 @@ class CostTable:
         """The correction of `extra` inputs on `curve` (`correction_sources`)."""
         if not self.corrections:
             return 1.0
-        known = self.corrections.get((packed, curve.batch, nearest(curve.extras, extra), band))
+        low, high = bracket(curve.extras, extra)
+        known = self.corrections.get((packed, curve.batch, low, band)) if low == high else None
         if known is not None:
             return known
         learnt = self._learnt(packed, curve, band)
@@ -463,14 +466,14 @@ class CostTable:
         return all((packed, bucket) in self.curves for b in batches for bucket in _buckets(b))
 
 
-def nearest(grid: tuple[int, ...], value: float) -> int:
-    """Index of the grid point closest to `value`."""
+def bracket(grid: tuple[int, ...], value: float) -> tuple[int, int]:
+    """Indices of the grid points on either side of `value` (the same one at a grid point or past either end)."""
     index = bisect_right(grid, value)
     if index == 0:
-        return 0
-    if index >= len(grid) or value - grid[index - 1] <= grid[index] - value:
-        return index - 1
-    return index
+        return 0, 0
+    if index >= len(grid) or grid[index - 1] == value:
+        return index - 1, index - 1
+    return index - 1, index
 
 
 def batch_bucket(batch: int) -> int:
@@ -561,8 +564,8 @@ class CostModel:
     def observe_verify(self, batch: int, inputs: int, packed: bool, seconds: float,
                        context: float | None = None) -> None:
         """Smooth the ratio of a real forward's time to the curve (geometric, so one outlier moves
-        little) into the scale, and what the scale leaves into the correction of the nearest width, in the
-        context's band."""
+        little) into the scale, and what the scale leaves into the corrections of the grid points on either
+        side of the width, in the context's band."""
         table = self.live
         packed = packed or batch <= 1
         scale = table.scale.get(packed, 1.0)
@@ -575,18 +578,28 @@ class CostModel:
         # Each bucket's curve is corrected by its share of the prediction: a batch of 15 is priced mostly
         # from the 16-row curve, and correcting only the 8-row one left the error to the shared scale, which
         # drifted past REMEASURE_DRIFT on static batches shrinking through 15..9 and re-measured every curve.
+        # Within a curve, the grid points on either side of the width learn in proportion to how much each prices
+        # it (`correction_sources`).
         low, high = _buckets(batch)
         share = 0.0 if low == high else (batch - low) / (high - low)
+        extra = max(0.0, inputs - batch)
+        band = context_band(context)
         for bucket, part in ((low, 1.0 - share), (high, share)):
             curve = table.curves.get((packed, bucket))
             if curve is None or part <= 0:
                 continue
-            key = (packed, bucket, nearest(curve.extras, max(0.0, inputs - batch)), context_band(context))
-            old = table.corrections.get(key)
-            if old is None:  # first learnt here: from what its neighbours said (what the prediction used)
-                old = table.correction(packed, curve, curve.extras[key[2]], key[3])
-            table.corrections[key] = min(4.0, max(0.25, math.exp(math.log(old) + 0.25 * part * math.log(ratio))))
-            table.corrected(key)
+            below, above = bracket(curve.extras, extra)
+            upper = 0.0 if below == above else (extra - curve.extras[below]) / (curve.extras[above] - curve.extras[below])
+            pulls = {below: 1.0} if below == above else {below: 1.0 - upper, above: upper}
+            olds = {}
+            for point in pulls:  # first learnt here: from what its neighbours said (what the prediction used)
+                old = table.corrections.get((packed, bucket, point, band))
+                olds[point] = old if old is not None else table.correction(packed, curve, curve.extras[point], band)
+            for point, pull in pulls.items():
+                key = (packed, bucket, point, band)
+                step = 0.25 * part * pull * math.log(ratio)
+                table.corrections[key] = min(4.0, max(0.25, math.exp(math.log(olds[point]) + step)))
+                table.corrected(key)
 
     def end_call(self) -> None:
         """A drift the scale had to absorb for a whole call means the curves are out of date."""

@@ -398,6 +398,25 @@ def test_unverified_deeper_positions_are_not_held_down_by_a_pessimistic_prior():
     assert plan.budget[0] > 4
 
 
+def test_an_explored_position_accepted_the_first_time_is_not_priced_lower_for_it():
+    """A chain position verified for the first time enters with the prior pseudo-counts it was priced at (no less
+    likely than its parent, for a drafter whose length is planned), not the pooled prior's: entered at a pooled 0.5,
+    layer_skip's seventh node fell from 1.0 to 0.71 on being accepted, and its chains stopped at seven."""
+    row = RowAcceptance(prior=[0.95] * 6 + [0.5] * 6)
+    chain = list(range(-1, 11))
+    for _ in range(3):
+        row.observe(chain[:6], [True] * 6, age=True)
+    before = row.conditional(6, True, row.conditional(5, True, 1.0))
+    row.observe(chain[:7], [True] * 7, age=True)
+    assert row.conditional(6, True, row.conditional(5, True, 1.0)) >= before > 0.95
+    rejected = copy.deepcopy(row)
+    rejected.observe(chain[:8], [True] * 7 + [False], age=True)
+    assert rejected.conditional(7, True, rejected.conditional(6, True, 1.0)) < 0.7  # a rejection still counts at once
+    free = RowAcceptance(prior=[0.95] * 6 + [0.5] * 6)  # a free drafter's (not explored) keeps the prior
+    free.observe(chain[:7], [True] * 7)
+    assert free.conditional(6) == pytest.approx((0.5 * 2 * 0.85 + 1) / (2 * 0.85 + 1))
+
+
 def test_a_deeper_position_not_verified_lately_is_tried_again():
     # Regression: a draft model whose second token failed twice early was then held at one token a step
     # for 60 steps accepting every first token: the second position's counts never moved again.
@@ -1280,6 +1299,33 @@ def test_a_width_no_step_used_reads_the_corrections_of_its_neighbours():
     model.observe_verify(8, 10, True, before)  # first learnt at 2 extra inputs: priced as before, so unchanged
     assert table.verify(8, 10) == pytest.approx(before, rel=1e-9)
     assert table.verify_from(8, 8, 20) == pytest.approx([table.verify(8, 8 + e) for e in range(20)], rel=1e-9)
+
+
+def test_widths_between_grid_points_are_priced_and_learnt_by_both_neighbours():
+    """The learnt corrections never put a step into the curve between grid points: a 7-node chain behind a RAG
+    prompt was priced 6.6 ms (a third of a step) above a 6-node one, read from grid point 8's correction where the
+    6-node one read point 4's, and layer_skip's exit stopped there with every node accepted. Widths between two
+    learnt points read a blend that moves linearly across them, and a step there teaches both."""
+    model = CostModel("test")
+    grid = (0, 1, 2, 3, 4, 8, 16, 32)
+    seconds = tuple(0.010 + 0.0005 * e for e in grid)
+    curve = model.live.curves[(True, 1)] = VerifyCurve(1, grid, seconds)
+    table = model.table()
+    for _ in range(40):  # noise left point 4 reading cheap and point 8 dear
+        model.observe_verify(1, 5, True, 0.9 * curve.at(4))
+        model.observe_verify(1, 9, True, 1.2 * curve.at(8))
+    factors = [table.verify(1, 1 + e) / (table.scale[True] * curve.at(e)) for e in range(4, 9)]
+    assert factors[-1] > 1.1 * factors[0]
+    rises = [b - a for a, b in zip(factors, factors[1:])]
+    assert max(rises) == pytest.approx(min(rises), rel=1e-6)  # linear from 4 to 8 extra inputs, no step
+    assert table.verify_from(1, 1, 12) == pytest.approx([table.verify(1, w) for w in range(1, 13)], rel=1e-9)
+    fresh = CostModel("test")
+    fresh.live.curves[(True, 1)] = curve
+    for _ in range(40):  # steps of 6 extra inputs alone, 20% dearer than measured: both neighbours learn it
+        fresh.observe_verify(1, 7, True, 1.2 * curve.at(6))
+    learnt = {point: factor for (_, _, point, _), factor in fresh.live.corrections.items()}
+    assert set(learnt) == {4, 5} and min(learnt.values()) > 1.1
+    assert fresh.table().verify(1, 7) == pytest.approx(1.2 * curve.at(6), rel=0.05)
 
 
 def test_live_decisions_learn_costs():
