@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specdec
-from specdec.acceptance import FADE_FLOOR, PRIOR_FIRST, PRIOR_NEXT, RowAcceptance
+from specdec.acceptance import DECAY, FADE_FLOOR, PRIOR_FIRST, PRIOR_NEXT, PRIOR_WEIGHT, RowAcceptance
 from specdec.controller import (
     BATCH_MARGIN,
     BATCH_PREPARE_STEPS,
@@ -414,7 +414,7 @@ def test_an_explored_position_accepted_the_first_time_is_not_priced_lower_for_it
     assert rejected.conditional(7, True, rejected.conditional(6, True, 1.0)) < 0.7  # a rejection still counts at once
     free = RowAcceptance(prior=[0.95] * 6 + [0.5] * 6)  # a free drafter's (not explored) keeps the prior
     free.observe(chain[:7], [True] * 7)
-    assert free.conditional(6) == pytest.approx((0.5 * 2 * 0.85 + 1) / (2 * 0.85 + 1))
+    assert free.conditional(6) == pytest.approx((0.5 * PRIOR_WEIGHT * DECAY + 1) / (PRIOR_WEIGHT * DECAY + 1))
 
 
 def test_a_deeper_position_not_verified_lately_is_tried_again():
