@@ -257,7 +257,7 @@ class RowAcceptance:
             # A position verified for the first time enters with prior pseudo-counts that decay too, at what it was
             # priced at until now (`conditional`; with `age`, chains are explored: no less likely than the parent).
             # Entered at the prior alone, an explored position fell when its first verdict was an acceptance
-            # (1.0 -> 0.71 under a pooled prior of 0.5): layer_skip's seventh node, accepted, held its chains at 7.
+            # (1.0 -> 0.71 under a pooled prior of 0.5), and layer_skip's chains stopped at 7, the seventh node low.
             priced: list[float] = []
             for i, parent in enumerate(parents[:len(accepted)]):
                 chained = age and parent == i - 1

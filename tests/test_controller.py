@@ -400,8 +400,8 @@ def test_unverified_deeper_positions_are_not_held_down_by_a_pessimistic_prior():
 
 def test_an_explored_position_accepted_the_first_time_is_not_priced_lower_for_it():
     """A chain position verified for the first time enters with the prior pseudo-counts it was priced at (no less
-    likely than its parent, for a drafter whose length is planned), not the pooled prior's: entered at a pooled 0.5,
-    layer_skip's seventh node fell from 1.0 to 0.71 on being accepted, and its chains stopped at seven."""
+    likely than its parent, for a drafter whose length is planned), not the pooled prior's: entered at the pooled prior,
+    a node fell on being accepted (1.0 -> 0.71 under 0.5), and layer_skip's chains stopped at seven."""
     row = RowAcceptance(prior=[0.95] * 6 + [0.5] * 6)
     chain = list(range(-1, 11))
     for _ in range(3):
