@@ -192,8 +192,7 @@ class RowAcceptance:
         readings: list[tuple[int | None, float]] = []
         factors = self.factors() if scores is not None and explore else None
         for i, parent in enumerate(parents):
-            chained = explore and parent == i - 1
-            c = self.conditional(i, chained, conditionals[parent] if chained and parent >= 0 else None)
+            c = self._node_conditional(i, parent, explore, conditionals)
             conditionals.append(c)
             scored = scores is not None and i < len(self.score_mean)
             readings.append((score_bin(scores[i], self.score_mean[i]) if scored else None, c))  # type: ignore[index]
@@ -201,6 +200,12 @@ class RowAcceptance:
                 c = scaled_conditional(c, scores[i], self.score_mean[i], factors)  # type: ignore[index]
             out.append(c * (out[parent] if parent >= 0 else 1.0))
         return out, readings
+
+    def _node_conditional(self, i: int, parent: int, explore: bool, before: Sequence[float]) -> float:
+        """Node i's conditional estimate given its parent's position and the conditionals of the nodes before it
+        (`explore`: a chain extension is explored, see `conditional`; a sibling never is)."""
+        chained = explore and parent == i - 1
+        return self.conditional(i, chained, before[parent] if chained and parent >= 0 else None)
 
     def by_score(self, parents: Sequence[int], scores: Sequence[float]
                  ) -> tuple[list[float], list[tuple[int | None, float]]]:
@@ -260,8 +265,7 @@ class RowAcceptance:
             # (1.0 -> 0.71 under a pooled prior of 0.5), and layer_skip's chains stopped at 7, the seventh node low.
             priced: list[float] = []
             for i, parent in enumerate(parents[:len(accepted)]):
-                chained = age and parent == i - 1
-                priced.append(self.conditional(i, chained, priced[parent] if chained and parent >= 0 else None))
+                priced.append(self._node_conditional(i, parent, age, priced))
             for position in range(len(self.trials), len(accepted)):
                 self.hits.append(self.weight * priced[position])
                 self.trials.append(self.weight)

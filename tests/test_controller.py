@@ -1324,7 +1324,7 @@ def test_widths_between_grid_points_are_priced_and_learnt_by_both_neighbours():
     for _ in range(40):  # steps of 6 extra inputs alone, 20% dearer than measured: both neighbours learn it
         fresh.observe_verify(1, 7, True, 1.2 * curve.at(6))
     learnt = {point: factor for (_, _, point, _), factor in fresh.live.corrections.items()}
-    assert set(learnt) == {4, 5} and min(learnt.values()) > 1.1
+    assert set(learnt) == {4, 5} and min(learnt.values()) > 1.1  # the indices of grid points 4 and 8
     assert fresh.table().verify(1, 7) == pytest.approx(1.2 * curve.at(6), rel=0.05)
 
 
