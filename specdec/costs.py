@@ -58,6 +58,14 @@ REMEASURE_DRIFT = 2.0
 #: context of the one below, from SHORT_CONTEXT up; a last band holds everything longer.
 CONTEXT_BAND_RATIO = 4
 CONTEXT_BANDS = 4
+#: How far one real forward's time moves the verify costs (`CostModel.observe_verify`), in log steps of its ratio to
+#: the price: a curve's level (per bucket and context band) at LEVEL_RATE from a step of any width, the corrections
+#: of the grid points around its width at POINT_RATE. One rate of 0.25 per grid point made each point an average of
+#: its few last steps (~15% apart between repeats here), and adjacent points (1 to 4 extra inputs) read 3-5 ms
+#: apart in a sweep where timing every width shows ~0.5 ms per input: a width choice read that noise. A shared level
+#: takes the common part of the noise, which moves every width alike and so never a width choice.
+LEVEL_RATE = 0.2
+POINT_RATE = 0.05
 #: A drafter's cost is fitted on `draft_features`: [1, levels, nodes, lag, nodes * context / CONTEXT_UNIT].
 DRAFT_FEATURES = 5
 #: The fit's ridge per feature (`LinearFit`): per node, a prior worth a few batch drafts that a draft's time goes per
@@ -293,6 +301,8 @@ class CostTable:
     # What the scale leaves, per (packed, bucket, grid point, `context_band`): e.g. trees cost more than the
     # chains measured.
     corrections: dict[tuple[bool, int, int, int], float] = field(default_factory=dict)
+    # The level every width of a curve shares, per (packed, bucket, band), times the corrections (LEVEL_RATE).
+    levels: dict[tuple[bool, int, int], float] = field(default_factory=dict)
     drafters: dict[str, LinearFit] = field(default_factory=dict)  # seconds ~ draft_features(...)
     # Engine seconds per step outside draft and verify, a running mean per drafter of the call (its own
     # `observe` is part of it; one mean for all let a draft model's bookkeeping price anpd's steps) and per
@@ -315,7 +325,7 @@ class CostTable:
     # seconds ~ [1, tokens fed / CONTEXT_UNIT] (a fixed part, ~1 ms for a small draft on this CPU, and per token).
     prepares: dict[str, LinearFit] = field(default_factory=dict)
     # `verify_from`'s per-(packing, batch, context band) terms: emptied by `changed()` whenever curves move, a
-    # correction learnt anew applied in place (`corrected`); the scale is applied when they are read.
+    # correction learnt anew applied in place (`corrected`); the scale and levels are applied when they are read.
     _terms: dict[tuple[bool, int, int], list[_CurveTerms]] = field(default_factory=dict, repr=False, compare=False)
 
     def overhead(self, drafter: str, drafted: bool = True) -> float:
@@ -343,6 +353,10 @@ class CostTable:
         for terms_key in rebuild:
             del self._terms[terms_key]
 
+    def level(self, packed: bool, bucket: int, band: int) -> float:
+        """The level learnt for every width of the `bucket` curve behind contexts in `band` (1.0 before any)."""
+        return self.levels.get((packed, bucket, band), 1.0)
+
     def verify(self, batch: int, inputs: float, packed: bool = True, context: float | None = None) -> float:
         """Seconds of a verification forward of `inputs` inputs over `batch` rows whose caches hold
         `context` tokens on average (None: the short measured context), interpolated in batch between
@@ -355,13 +369,15 @@ class CostTable:
         low_curve, high_curve = self.curves.get((packed, low)), self.curves.get((packed, high))
         if low_curve is None or high_curve is None:
             curve = low_curve or high_curve or next(iter(self.curves.values()), None)
-            return 0.0 if curve is None else (scale * curve.at(extra, context)
+            return 0.0 if curve is None else (scale * curve.at(extra, context) * self.level(packed, curve.batch, band)
                                               * self.correction(packed, curve, extra, band))
-        low_seconds = low_curve.at(extra, context) * self.correction(packed, low_curve, extra, band)
+        low_seconds = (low_curve.at(extra, context) * self.level(packed, low, band)
+                       * self.correction(packed, low_curve, extra, band))
         if low == high:
             return scale * low_seconds
         share = (batch - low) / (high - low)
-        high_seconds = high_curve.at(extra, context) * self.correction(packed, high_curve, extra, band)
+        high_seconds = (high_curve.at(extra, context) * self.level(packed, high, band)
+                        * self.correction(packed, high_curve, extra, band))
         return scale * ((1 - share) * low_seconds + share * high_seconds)
 
     def verify_from(self, batch: int, first: int, count: int, packed: bool = True,
@@ -371,11 +387,13 @@ class CostTable:
         CPU). Equal to `verify` up to rounding."""
         packed = packed or batch <= 1
         offset = first - batch  # extra inputs at k = 0
-        terms = self._curve_terms(packed, batch, max(0, offset + count - 1), context_band(context))
+        band = context_band(context)
+        terms = self._curve_terms(packed, batch, max(0, offset + count - 1), band)
         scale = self.scale.get(packed, 1.0)
         out = [0.0] * count
         for term in terms:
-            share, weight, base, slope = term.share(context), scale * term.weight, term.base, term.slope
+            weight = scale * term.weight * self.level(packed, term.curve.batch, band)
+            share, base, slope = term.share(context), term.base, term.slope
             for k in range(count):
                 extra = offset + k if offset + k > 0 else 0
                 out[k] += weight * (base[extra] + share * slope[extra])
@@ -530,6 +548,7 @@ class CostModel:
             self.stale.discard(packed)
             self.live.scale[packed] = 1.0
             self.live.corrections = {k: v for k, v in self.live.corrections.items() if k[0] != packed}
+            self.live.levels = {k: v for k, v in self.live.levels.items() if k[0] != packed}
             for bucket in wanted:
                 self.live.curves.pop((packed, bucket), None)
             self.live.changed()
@@ -564,8 +583,8 @@ class CostModel:
     def observe_verify(self, batch: int, inputs: int, packed: bool, seconds: float,
                        context: float | None = None) -> None:
         """Smooth the ratio of a real forward's time to the curve (geometric, so one outlier moves
-        little) into the scale, and what the scale leaves into the corrections of the grid points on either
-        side of the width, in the context's band."""
+        little) into the scale, and what the scale leaves into the curve's level and the corrections of the grid
+        points on either side of the width, in the context's band (LEVEL_RATE, POINT_RATE)."""
         table = self.live
         packed = packed or batch <= 1
         scale = table.scale.get(packed, 1.0)
@@ -578,8 +597,8 @@ class CostModel:
         # Each bucket's curve is corrected by its share of the prediction: a batch of 15 is priced mostly
         # from the 16-row curve, and correcting only the 8-row one left the error to the shared scale, which
         # drifted past REMEASURE_DRIFT on static batches shrinking through 15..9 and re-measured every curve.
-        # Within a curve, the grid points on either side of the width learn in proportion to how much each prices
-        # it (`correction_sources`).
+        # Within a curve, the level learns, and the grid points on either side of the width in proportion to how much
+        # each prices it (`correction_sources`).
         low, high = _buckets(batch)
         share = 0.0 if low == high else (batch - low) / (high - low)
         extra = max(0.0, inputs - batch)
@@ -588,6 +607,9 @@ class CostModel:
             curve = table.curves.get((packed, bucket))
             if curve is None or part <= 0:
                 continue
+            level = table.level(packed, bucket, band)
+            table.levels[(packed, bucket, band)] = min(4.0, max(0.25, level * math.exp(LEVEL_RATE * part
+                                                                                     * math.log(ratio))))
             below, above = bracket(curve.extras, extra)
             upper = 0.0 if below == above else (extra - curve.extras[below]) / (curve.extras[above] - curve.extras[below])
             pulls = {below: 1.0} if below == above else {below: 1.0 - upper, above: upper}
@@ -597,7 +619,7 @@ class CostModel:
                 olds[point] = old if old is not None else table.correction(packed, curve, curve.extras[point], band)
             for point, pull in pulls.items():
                 key = (packed, bucket, point, band)
-                step = 0.25 * part * pull * math.log(ratio)
+                step = POINT_RATE * part * pull * math.log(ratio)
                 table.corrections[key] = min(4.0, max(0.25, math.exp(math.log(olds[point]) + step)))
                 table.corrected(key)
 
