@@ -41,6 +41,7 @@ from specdec.controller import (
 )
 from specdec.costs import (
     DRAFT_FEATURES,
+    DRAFT_RIDGE,
     CostModel,
     CostTable,
     LinearFit,
@@ -347,7 +348,8 @@ def test_a_draft_learnt_from_lone_chains_prices_a_batch_by_its_forwards():
     for k in [1, 2, 3, 5, 7, 4, 2, 6] * 6:
         costs.observe_draft("d", k, k, seconds(k, k), 0.0, 100.0)
     table = costs.table()
-    assert table.draft("d", 3, 3, 0.0, 100.0) == pytest.approx(seconds(3, 3), rel=0.02)  # batch 1: as measured
+    # batch 1: as measured, up to the constant's ridge (its 0.5 ms fixed part a little shrunk)
+    assert table.draft("d", 3, 3, 0.0, 100.0) == pytest.approx(seconds(3, 3), rel=0.05)
     truth = seconds(3, 12)
     assert 0.7 * truth < table.draft("d", 3, 12, 0.0, 100.0) < 1.05 * truth  # batch 4, before any batch draft
     equal = LinearFit(DRAFT_FEATURES)  # the single ridge's split
@@ -357,6 +359,25 @@ def test_a_draft_learnt_from_lone_chains_prices_a_batch_by_its_forwards():
     for k in [1, 3, 2, 4]:  # a few drafts of a batch of 4 bring its price to what it costs
         costs.observe_draft("d", k, 4 * k, seconds(k, 4 * k), 0.0, 100.0)
     assert costs.table().draft("d", 3, 12, 0.0, 100.0) == pytest.approx(truth, rel=0.1)
+
+
+def test_a_drafter_drafting_one_length_does_not_learn_a_fixed_cost_from_drift():
+    """A drafter whose chains are all about one length (layer_skip's 9-12 levels in repetitive answers) cannot tell a
+    fixed cost from a per-level one, and the machine's slow drift decided it: a sweep's fit read 16.6 ms fixed and 2.5 ms
+    a level where drafts took ~5 ms a level, priced a one-node probe at twice a plain step, and rows that went plain
+    never probed again in their request. With the constant's ridge (`DRAFT_RIDGE`) a short chain is priced near its
+    forwards; with none, two of these four drifting runs price it below half or above 1.5x of them."""
+    per_level = 0.0055
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        fit, drift = LinearFit(DRAFT_FEATURES, ridge=DRAFT_RIDGE), 0.0
+        for _ in range(300):
+            drift = 0.9 * drift + rng.normal(0.0, 0.08)
+            levels = int(rng.choice([12, 12, 11, 10, 12, 9]))
+            lag = max(1, levels - int(rng.integers(0, 3)))
+            fit.update(draft_features(levels, levels, lag, 300.0), per_level * levels * math.exp(drift + rng.normal(0.0, 0.1)))
+        assert 0.5 * per_level < fit.predict(draft_features(1, 1, 2, 300.0)) < 1.5 * per_level
+        assert fit.predict(draft_features(11, 11, 10, 300.0)) == pytest.approx(11 * per_level, rel=0.35)
 
 
 def test_acceptance_estimates_move_with_verdicts_and_stay_monotone():
