@@ -10,60 +10,13 @@ with stop 64's functions patched in; REFERENCE names more cells (`;`-separated d
 """
 import os
 import sys
-import time
-from contextlib import ExitStack
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "variant_ab_s52"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _prompts import default_pair_and_prompts  # noqa: E402  (stop 52's helper)
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks/scripts/goodput"))
+from ab_rules import run_ab  # noqa: E402  (the harness, shared with stop 66's A/Bs since)
 from stop64_rules import patches  # noqa: E402
 
-import specdec  # noqa: E402
-from specdec import costs, registry  # noqa: E402
-
-cats = sys.argv[1].split(",")
-pair, calls = default_pair_and_prompts(cats)
-
-
-def drafter_of(spec):
-    """`name[:key=value,...]`; draft_model gets the bundled draft."""
-    name, _, given = spec.partition(":")
-    options = dict(item.split("=") for item in filter(None, given.split(",")))
-    if name == "draft_model":
-        options["model"] = pair.draft
-    return registry.create("drafter", name, options)
-
-
-cells = {"none": (drafter_of("none"), costs.CostModel(costs.device_key("cpu")), False)}
-for spec in filter(None, os.environ.get("REFERENCE", "").split(";")):  # cells run once, under the new rules
-    cells[spec] = (drafter_of(spec), costs.CostModel(costs.device_key("cpu")), False)
-for name in sys.argv[3:]:
-    for rule in ("old", "new"):
-        cells[f"{rule}:{name}"] = (drafter_of(name), costs.CostModel(costs.device_key("cpu")), rule == "old")
-order = list(cells)
-
-
-def run(spec, ids, tokens):
-    drafter, model, old = cells[spec]
-    with ExitStack() as stack:
-        for patch in patches(os.environ.get("ACCEPTANCE") == "1") if old else ():
-            stack.enter_context(patch)
-        return specdec.generate(pair.target, ids, max_new_tokens=tokens, drafter=drafter, cost_model=model)
-
-
-for spec in order:
-    run(spec, calls[0][1], 16)
-totals = {(spec, cat): [0.0, 0] for spec in order for cat in cats}
-for round_index in range(int(sys.argv[2])):
-    for i, (cat, ids) in enumerate(calls):
-        for spec in (order if (i + round_index) % 2 == 0 else order[::-1]):
-            started = time.process_time()
-            out = run(spec, ids, 128)
-            totals[spec, cat][0] += time.process_time() - started
-            totals[spec, cat][1] += out.stats.steps
-for cat in cats + ["all"]:
-    chosen = cats if cat == "all" else [cat]
-    base = sum(totals["none", c][0] for c in chosen)
-    print(cat + ": " + " | ".join(f"{spec} {base / sum(totals[spec, c][0] for c in chosen):.3f} "
-                                  f"({sum(totals[spec, c][1] for c in chosen)})" for spec in order), flush=True)
+run_ab(sys.argv[1].split(","), int(sys.argv[2]), sys.argv[3:],
+       lambda: patches(os.environ.get("ACCEPTANCE") == "1"),
+       filter(None, os.environ.get("REFERENCE", "").split(";")))

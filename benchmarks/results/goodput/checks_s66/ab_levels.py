@@ -1,6 +1,6 @@
 """Interleaved A/B of stop 66's change against stop 65's rule: how a verify step's time teaches the cost curve (stop 65:
 the grid points around its width at a rate of 0.25 alone; 66: the curve's level at LEVEL_RATE and the points at
-POINT_RATE). Same harness as `../checks_s65/ab_corrections.py` (one drafter and cost model per cell, kept across
+POINT_RATE). The harness of `benchmarks/scripts/goodput/ab_rules.py` (one drafter and cost model per cell, kept across
 calls; every first turn of the categories, 128 new tokens, the cell order reversed every other prompt); the old cells
 run with stop 65's rates patched in; REFERENCE names more cells (`;`-separated drafter specs) run once. A figure is
 `none`'s process CPU time over the cell's, per category and overall; steps in brackets.
@@ -10,60 +10,15 @@ run with stop 65's rates patched in; REFERENCE names more cells (`;`-separated d
 """
 import os
 import sys
-import time
-from contextlib import ExitStack
 from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "variant_ab_s52"))
-from _prompts import default_pair_and_prompts  # noqa: E402  (stop 52's helper)
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks/scripts/goodput"))
+from ab_rules import run_ab  # noqa: E402
 
-import specdec  # noqa: E402
-from specdec import costs, registry  # noqa: E402
+from specdec import costs  # noqa: E402
 
-cats = sys.argv[1].split(",")
-pair, calls = default_pair_and_prompts(cats)
-
-
-def drafter_of(spec):
-    """`name[:key=value,...]`; draft_model gets the bundled draft."""
-    name, _, given = spec.partition(":")
-    options = dict(item.split("=") for item in filter(None, given.split(",")))
-    if name == "draft_model":
-        options["model"] = pair.draft
-    return registry.create("drafter", name, options)
-
-
-cells = {"none": (drafter_of("none"), costs.CostModel(costs.device_key("cpu")), False)}
-for spec in filter(None, os.environ.get("REFERENCE", "").split(";")):  # cells run once, under the new rules
-    cells[spec] = (drafter_of(spec), costs.CostModel(costs.device_key("cpu")), False)
-for name in sys.argv[3:]:
-    for rule in ("old", "new"):
-        cells[f"{rule}:{name}"] = (drafter_of(name), costs.CostModel(costs.device_key("cpu")), rule == "old")
-order = list(cells)
-
-
-def run(spec, ids, tokens):
-    drafter, model, old = cells[spec]
-    with ExitStack() as stack:
-        if old:  # stop 65: no level, the grid points at 0.25
-            stack.enter_context(mock.patch.object(costs, "LEVEL_RATE", 0.0))
-            stack.enter_context(mock.patch.object(costs, "POINT_RATE", 0.25))
-        return specdec.generate(pair.target, ids, max_new_tokens=tokens, drafter=drafter, cost_model=model)
-
-
-for spec in order:
-    run(spec, calls[0][1], 16)
-totals = {(spec, cat): [0.0, 0] for spec in order for cat in cats}
-for round_index in range(int(sys.argv[2])):
-    for i, (cat, ids) in enumerate(calls):
-        for spec in (order if (i + round_index) % 2 == 0 else order[::-1]):
-            started = time.process_time()
-            out = run(spec, ids, 128)
-            totals[spec, cat][0] += time.process_time() - started
-            totals[spec, cat][1] += out.stats.steps
-for cat in cats + ["all"]:
-    chosen = cats if cat == "all" else [cat]
-    base = sum(totals["none", c][0] for c in chosen)
-    print(cat + ": " + " | ".join(f"{spec} {base / sum(totals[spec, c][0] for c in chosen):.3f} "
-                                  f"({sum(totals[spec, c][1] for c in chosen)})" for spec in order), flush=True)
+run_ab(sys.argv[1].split(","), int(sys.argv[2]), sys.argv[3:],
+       lambda: [mock.patch.object(costs, "LEVEL_RATE", 0.0),  # stop 65: no level, the grid points at 0.25
+               mock.patch.object(costs, "POINT_RATE", 0.25)],
+       filter(None, os.environ.get("REFERENCE", "").split(";")))
