@@ -364,8 +364,8 @@ def test_a_draft_learnt_from_lone_chains_prices_a_batch_by_its_forwards():
 def test_a_drafter_drafting_one_length_does_not_learn_a_fixed_cost_from_drift():
     """A drafter whose chains are all about one length (layer_skip's 9-12 levels in repetitive answers) cannot tell a
     fixed cost from a per-level one, and the machine's slow drift decided it: a sweep's fit read 16.6 ms fixed and 2.5 ms
-    a level where drafts took ~5 ms a level, priced a one-node probe at twice a plain step, and rows that went plain
-    never probed again in their request. With the constant's ridge (`DRAFT_RIDGE`) a short chain is priced near its
+    a level where drafts took ~5 ms a level, priced a one-node probe at twice a plain step, and a row that went plain
+    waited longer than its request for its next probe. With the constant's ridge (`DRAFT_RIDGE`) a short chain is priced near its
     forwards; with none, two of these four drifting runs price it below half or above 1.5x of them."""
     per_level = 0.0055
     for seed in range(4):

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks/results/goodput/variant_ab_s52"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "results/goodput/variant_ab_s52"))
 from _prompts import default_pair_and_prompts  # noqa: E402  (stop 52's helper)
 
 import specdec  # noqa: E402

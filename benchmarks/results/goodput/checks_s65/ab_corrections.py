@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks/scripts/goodput"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts/goodput"))
 from ab_rules import run_ab  # noqa: E402  (the harness, shared with stop 66's A/Bs since)
 from stop64_rules import patches  # noqa: E402
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks/scripts/goodput"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts/goodput"))
 from ab_rules import run_ab  # noqa: E402
 
 from specdec import costs  # noqa: E402
