@@ -83,8 +83,8 @@ DRAFT_FEATURES = 5
 #: drift set it: a sweep's fit read 16.6 ms fixed and 2.5 ms a level where its drafts took ~5 ms a level and nothing
 #: fixed, priced a one-node probe at twice a plain step and its wait at 200-260 steps, longer than a request (whether
 #: that alone kept one repeat's summarization requests plain, 0 probes, is not settled: see
-#: benchmarks/results/goodput/checks_s66). A fixed part the data shows (a draft model's ~1 ms of host work between chains of 1-8 levels) is still learnt, a little
-#: shrunk.
+#: benchmarks/results/goodput/checks_s66). A fixed part the data shows (a draft model's ~1 ms of host work between
+#: chains of 1-8 levels) is still learnt, a little shrunk.
 DRAFT_RIDGE = (10.0, 1e-4, 30.0, 1e-4, 1.0)
 CONTEXT_UNIT = 1024.0
 #: Free looks (a drafter proposing all it can, `specdec.controller`) whose seconds are kept per drafter.
@@ -375,16 +375,17 @@ class CostTable:
         low_curve, high_curve = self.curves.get((packed, low)), self.curves.get((packed, high))
         if low_curve is None or high_curve is None:
             curve = low_curve or high_curve or next(iter(self.curves.values()), None)
-            return 0.0 if curve is None else (scale * curve.at(extra, context) * self.level(packed, curve.batch, band)
-                                              * self.correction(packed, curve, extra, band))
-        low_seconds = (low_curve.at(extra, context) * self.level(packed, low, band)
-                       * self.correction(packed, low_curve, extra, band))
+            return 0.0 if curve is None else scale * self._priced(packed, curve, extra, context, band)
+        low_seconds = self._priced(packed, low_curve, extra, context, band)
         if low == high:
             return scale * low_seconds
         share = (batch - low) / (high - low)
-        high_seconds = (high_curve.at(extra, context) * self.level(packed, high, band)
-                        * self.correction(packed, high_curve, extra, band))
-        return scale * ((1 - share) * low_seconds + share * high_seconds)
+        return scale * ((1 - share) * low_seconds + share * self._priced(packed, high_curve, extra, context, band))
+
+    def _priced(self, packed: bool, curve: VerifyCurve, extra: float, context: float | None, band: int) -> float:
+        """One curve's seconds at `extra` inputs behind `context`, times its level and correction (no scale)."""
+        level = self.level(packed, curve.batch, band)
+        return curve.at(extra, context) * level * self.correction(packed, curve, extra, band)
 
     def verify_from(self, batch: int, first: int, count: int, packed: bool = True,
                     context: float | None = None) -> list[float]:

@@ -24,7 +24,7 @@ for folder in folders:
         ratios = " ".join(f"{none[i] / min(cell[i]['cpu_times']):.2f}" for i in calls)
         stats = [cell[i]["stats"] for i in calls]
         plain = [s.get("controller", {}).get("plain_row_steps", "-") for s in stats]
-        deep = [sum(1 for _ in s["drafted_by_depth"]) for s in stats]
+        deep = [len(s["drafted_by_depth"]) for s in stats]
         print(f"  {label:32s} none/cell {ratios} | steps {[s['steps'] for s in stats]} plain {plain} "
               f"longest chain {deep} drafted {[sum(s['drafted_by_depth']) for s in stats]} "
               f"accepted {[sum(s['accepted_by_depth']) for s in stats]}")

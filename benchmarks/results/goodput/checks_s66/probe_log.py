@@ -27,7 +27,6 @@ def probe_wait(self, option, instead=0.0, batch=None, lag=None, costly=True):
     items, keep, best, best_one = option
     if items.member == NAME and keep == 0:
         table, context = self.table, items.context
-        self.__dict__.setdefault("_probe_first", None)
         self._probe_last = {
             "wait": round(wait, 1), "context": round(context or 0.0), "best_one": best_one,
             "probs": [round(p, 3) for p in items.probs[:max(best_one, 3)]],
@@ -36,7 +35,7 @@ def probe_wait(self, option, instead=0.0, batch=None, lag=None, costly=True):
             "probe_ms": round(1e3 * table.verify(1, 1 + best_one, self.packed, context), 2),
             "line_ms": [round(1e3 * x, 3) for x in table.draft_line(NAME, context)],
             "share": round(self._probe_share(items, batch, costly), 4)}
-        self._probe_first = self._probe_first or self._probe_last
+        self.__dict__.setdefault("_probe_first", self._probe_last)
     return wait
 
 
