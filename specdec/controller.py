@@ -192,6 +192,7 @@ class Member:
     name: str
     stochastic: bool  # drafts carry q (sampled): cut only to the budget fixed before drafting
     follows_exit: bool = False  # stops its chains where the plan's exit says (`Drafter.follows_exit`)
+    catches_up: bool = True  # its draft feeds the tokens committed since it last drafted (`Drafter.catches_up`)
 
 
 @dataclass
@@ -564,7 +565,13 @@ class GoodputController:
         lag = row.lag.get(name, 0.0)
         fresh = self._prepares_first(row, name)  # its `prepare` feeds the row's tokens: no catch-up in the step
         return _Items(probs, [size] * count, int(round(row.root_extras[name])), member=name, context=context,
-                      lag=0.0 if fresh else lag, prepare=lag if fresh else 0.0)
+                      lag=0.0 if fresh else self._catch_up(row, name), prepare=lag if fresh else 0.0)
+
+    def _catch_up(self, row: _Row, name: str) -> float:
+        """Tokens the drafter's next draft in `row` feeds first: those committed since it last drafted the row
+        (the whole prompt in a new row), none for a drafter that reads only the target's cache and logits
+        (`Drafter.catches_up`)."""
+        return row.lag.get(name, 0.0) if self.members[name].catches_up else 0.0
 
     # -- before drafting -------------------------------------------------------------------------
     def _cheap_drafters(self) -> frozenset[str]:
@@ -1023,7 +1030,7 @@ class GoodputController:
                     if drafter not in row.prepared:
                         prepares[drafter] = prepares.get(drafter, 0.0) + row.lag.get(drafter, 0.0)
                     if not self._prepares_first(row, drafter):
-                        lags[drafter] = lags.get(drafter, 0.0) + row.lag.get(drafter, 0.0)
+                        lags[drafter] = lags.get(drafter, 0.0) + self._catch_up(row, drafter)
                     row.prepared.add(drafter)
         plan = Plan(choice, budgets, [f > 0 for f in forced], forced, free, look, look_budget, rate,
                     cheap_names, weights, [c for c in row_contexts if c is not None], [int(d) for d in max_depth],

@@ -258,7 +258,7 @@ class SpeculativeEngine:
         live = (sampling.greedy and self.verifier.lossless) or (not sampling.greedy and self.seed is None)
         members_of = getattr(self.drafter, "members", None)
         drafters = dict(members_of) if isinstance(members_of, dict) else {self.drafter.name: self.drafter}
-        members = [Member(name, bool(d.provides_q) and not sampling.greedy, d.follows_exit())
+        members = [Member(name, bool(d.provides_q) and not sampling.greedy, d.follows_exit(), d.catches_up())
                    for name, d in drafters.items()]
         model_costs = self.config.cost_model or cost_model_for(self.model, self.device)
         self._measured: set[int] = set()

@@ -150,6 +150,17 @@ class Drafter(ABC):
         ends. False (the default): the budget is the planned length, drafted in full."""
         return False
 
+    def catches_up(self) -> bool:
+        """Whether a row's draft costs more for each token the row committed since this drafter last drafted
+        it: a draft model feeds them to its own cache first, an n-gram drafter indexes them. The goodput
+        controller prices that catch-up from its fit of the drafter's draft times, and a row the drafter has
+        not drafted yet has its whole prompt to catch up on. A drafter whose draft reads only the target's cache
+        and logits (a self-draft, PPD's prompt tokens) says False: it has nothing to catch up on, and a drift
+        of its fit along the catch-up (its lag is ~1-12 tokens between drafts) is then never extrapolated to a
+        whole prompt, which priced layer_skip's first draft behind a 1000-token document at several plain steps
+        and kept whole requests plain."""
+        return True
+
     @abstractmethod
     def propose(self, state: DecodeState) -> Draft:
         """Return a draft for every active row (zero nodes is fine)."""

@@ -380,6 +380,34 @@ def test_a_drafter_drafting_one_length_does_not_learn_a_fixed_cost_from_drift():
         assert fit.predict(draft_features(11, 11, 10, 300.0)) == pytest.approx(11 * per_level, rel=0.35)
 
 
+def test_a_drafter_with_nothing_to_catch_up_on_is_not_priced_a_whole_prompt_of_catch_up():
+    """A new row's catch-up is its whole prompt (a draft model feeds it first), priced by the drafter's fit along
+    the lag it saw between drafts. layer_skip's lag is 1-12 tokens and its fit drifted along it (a sweep's read
+    0.47 ms a lag token): behind a 1000-token document its first draft was priced at several plain steps, and every
+    summarization request of one repeat decoded plainly, 0 probes: where the pooled estimates said plain, the first
+    probe (`FIRST_PROBE_SHARE`) cost more than the request may lose to it. A drafter that reads only the target's
+    cache and logits (`Drafter.catches_up` False) is priced no catch-up and probes within FIRST_PROBE_STEPS; one that
+    catches up, fitted the same, stays plain (what the flag changes)."""
+    def first_drafted_step(catches_up: bool) -> int | None:
+        model = synthetic()
+        fit = model.live.drafters["d"] = LinearFit(DRAFT_FEATURES, ridge=DRAFT_RIDGE)
+        for levels in (9, 10, 11, 12) * 8:  # ~5 ms a level, and 0.5 ms a lag token (lag: the last chain + 1)
+            lag = levels - 1
+            fit.update(draft_features(levels, levels, lag, 1000.0), 0.005 * levels + 0.0005 * lag)
+        ctl = controller(model, members=[Member("d", False, catches_up=catches_up)])
+        ctl.pooled["d"] = RowAcceptance(prior=[0.3] * 12)  # earlier requests: a draft does not pay here
+        for index in range(2 * FIRST_PROBE_STEPS):
+            plan = ctl.plan([0], [128 - index], 64, contexts=[1000.0 + index])
+            draft, cut = ctl.cut(chain([list(range(1, plan.budget[0] + 1))]), plan, 0.0)
+            ctl.observe(plan, cut, verdict([draft.num_nodes.tolist()[0]], draft.width), {})
+            if plan.budget[0]:
+                return index
+        return None
+
+    assert first_drafted_step(catches_up=False) <= FIRST_PROBE_STEPS
+    assert first_drafted_step(catches_up=True) is None
+
+
 def test_acceptance_estimates_move_with_verdicts_and_stay_monotone():
     est = RowAcceptance()
     prior = est.probs(4)

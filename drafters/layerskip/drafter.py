@@ -178,6 +178,10 @@ class LayerSkipDrafter(Drafter):
         """Under the controller with `goodput_exit` its chains stop where the controller's exit says."""
         return self.controlled() and self.options.goodput_exit
 
+    def catches_up(self) -> bool:
+        """Its draft runs the target's kept layers over the target's own cache: nothing to catch up on."""
+        return False
+
     def _exit_state(self, row: int) -> ConfidenceExit:
         if row not in self._rows:
             self._rows[row] = exit_rule(self.options, self._gamma)

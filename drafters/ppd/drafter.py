@@ -303,6 +303,10 @@ class PPDDrafter(Drafter):
         self._predictions = {}
         self._tops = {}
 
+    def catches_up(self) -> bool:
+        """Its candidates are the last forward's predictions at its prompt slots: nothing to catch up on."""
+        return False
+
     # -- the loop ------------------------------------------------------------------------------
     def propose(self, state: DecodeState) -> Draft:
         if self._table is None:
