@@ -7,37 +7,58 @@ controller's and engine's functions by cumulative time.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/results/goodput/checks_s67/dm_plain_profile.py prof
 """
-import cProfile, pstats, time, sys
+import cProfile
+import pstats
+import sys
+import time
+
 import torch
-torch.set_num_threads(1)
+from specdec.benchmarks.datasets import PromptBuilder, load_dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 import specdec
 from specdec import registry
 from specdec.costs import CostModel, device_key
-from transformers import AutoModelForCausalLM, AutoTokenizer
-target = AutoModelForCausalLM.from_pretrained("/work/second/target", dtype=torch.float32)
-draft = AutoModelForCausalLM.from_pretrained("/work/second/draft128/final", dtype=torch.float32)
-tok = AutoTokenizer.from_pretrained("/work/second/target")
-from specdec.benchmarks.datasets import PromptBuilder, load_dataset
 from specdec.target import context_length
-builder = PromptBuilder(tok, context_length(target), 64)
-prompts = [builder.encode([], s.turns[0])[0] for s in load_dataset("spec_bench", per_category=2)]
-cm = {n: CostModel(device_key("cpu")) for n in ("none", "dm")}
-dm = registry.create("drafter", "draft_model", {"model": draft})
-none = registry.create("drafter", "none", {})
-def run(name, d):
-    t = 0.0; other = 0.0
-    for p in prompts:
-        s = time.process_time()
-        out = specdec.generate(target, p, max_new_tokens=64, drafter=d, cost_model=cm[name])
-        t += time.process_time() - s; other += out.stats.other_time
-    return t, other
-for _ in range(2):
-    run("none", none); run("dm", dm)
-res = {"none": [0, 0], "dm": [0, 0]}
-for r in range(3):
-    for name, d in (("none", none), ("dm", dm)) if r % 2 == 0 else (("dm", dm), ("none", none)):
-        t, o = run(name, d); res[name][0] += t; res[name][1] += o
-print({k: [round(x, 3) for x in v] for k, v in res.items()})
-if len(sys.argv) > 1:
-    pr = cProfile.Profile(); pr.enable(); run("dm", dm); pr.disable()
-    pstats.Stats(pr).sort_stats("cumtime").print_stats("controller|costs|engine|draft_model", 20)
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    target = AutoModelForCausalLM.from_pretrained("/work/second/target", dtype=torch.float32)
+    draft = AutoModelForCausalLM.from_pretrained("/work/second/draft128/final", dtype=torch.float32)
+    builder = PromptBuilder(AutoTokenizer.from_pretrained("/work/second/target"), context_length(target), 64)
+    prompts = [builder.encode([], s.turns[0])[0] for s in load_dataset("spec_bench", per_category=2)]
+    costs = {name: CostModel(device_key("cpu")) for name in ("none", "dm")}
+    drafters = {"none": registry.create("drafter", "none", {}),
+                "dm": registry.create("drafter", "draft_model", {"model": draft})}
+
+    def run(name: str) -> tuple[float, float]:
+        """(process CPU seconds, engine other_time) of the cell over every prompt."""
+        cpu = other = 0.0
+        for prompt in prompts:
+            started = time.process_time()
+            out = specdec.generate(target, prompt, max_new_tokens=64, drafter=drafters[name], cost_model=costs[name])
+            cpu += time.process_time() - started
+            other += out.stats.other_time
+        return cpu, other
+
+    for _ in range(2):  # warm-ups
+        run("none")
+        run("dm")
+    totals = {"none": [0.0, 0.0], "dm": [0.0, 0.0]}
+    for round_index in range(3):
+        for name in ("none", "dm") if round_index % 2 == 0 else ("dm", "none"):
+            cpu, other = run(name)
+            totals[name][0] += cpu
+            totals[name][1] += other
+    print({name: [round(x, 3) for x in values] for name, values in totals.items()})
+    if len(sys.argv) > 1:
+        profile = cProfile.Profile()
+        profile.enable()
+        run("dm")
+        profile.disable()
+        pstats.Stats(profile).sort_stats("cumtime").print_stats("controller|costs|engine|draft_model", 20)
+
+
+if __name__ == "__main__":
+    main()
