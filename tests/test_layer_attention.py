@@ -147,10 +147,11 @@ def test_packed_ragged_batch_with_per_row_attention_on_mixed_windows() -> None:
 def test_layer_skip_skipping_nothing_is_perfect_past_the_window() -> None:
     """The unskipped model drafting on scratch slots must be the target exactly: a wrong scratch mask past
     the window would show as rejected drafts (Qwen2 with windows on its upper layers: layer skipping knows
-    the pre-norm layouts, not Gemma's sandwich norms)."""
+    the pre-norm layouts, not Gemma's sandwich norms). Every chain is verified as drafted (controller=False): a
+    draft that skips nothing costs a target forward a token, and the controller rightly keeps it plain."""
     model = qwen2_mixed(window=6)
     drafter = LayerSkipDrafter(LayerSkipOptions(skip={}, max_draft=4, adaptive=False, draft_weights="model"))
-    out = specdec.generate(model, PROMPTS, drafter=drafter, verifier="exact", max_new_tokens=24)
+    out = specdec.generate(model, PROMPTS, drafter=drafter, verifier="exact", max_new_tokens=24, controller=False)
     assert out.stats.drafted_tokens > 0
     assert out.stats.acceptance_rate == 1.0
     assert out.sequences == [hf_greedy(model, prompt, 24) for prompt in PROMPTS]
