@@ -81,10 +81,10 @@ DRAFT_FEATURES = 5
 #: learnt as before. The constant gets a ridge too (stop 66): a drafter that always drafts chains of about one length
 #: (layer_skip's 10-12 levels in repetitive answers) cannot tell a fixed part from a per-level one, and the machine's
 #: drift set it: a sweep's fit read 16.6 ms fixed and 2.5 ms a level where its drafts took ~5 ms a level and nothing
-#: fixed, priced a one-node probe at twice a plain step and its wait at 200-260 steps, longer than a request (whether
-#: that alone kept one repeat's summarization requests plain, 0 probes, is not settled: see
-#: benchmarks/results/goodput/checks_s66). A fixed part the data shows (a draft model's ~1 ms of host work between
-#: chains of 1-8 levels) is still learnt, a little shrunk.
+#: fixed, priced a one-node probe at twice a plain step and its wait at 200-260 steps, longer than a request. (What
+#: kept whole requests plain was the catch-up term priced over a new row's prompt, since stop 67 not priced for a
+#: drafter that has none: `Drafter.catches_up`, benchmarks/results/goodput/checks_s67.) A fixed part the data shows
+#: (a draft model's ~1 ms of host work between chains of 1-8 levels) is still learnt, a little shrunk.
 DRAFT_RIDGE = (10.0, 1e-4, 30.0, 1e-4, 1.0)
 CONTEXT_UNIT = 1024.0
 #: Free looks (a drafter proposing all it can, `specdec.controller`) whose seconds are kept per drafter.
