@@ -83,7 +83,7 @@ def plan_cells(config: SweepConfig, load_failures: dict[str, str] | None = None)
                                           batch_size=batch, load_error=load_failures.get(drafter.display), **base))
             for index, cell in enumerate(group):
                 if cell.batch_size == 1 and cell.method == reference_method and (
-                        cell.method != "specdec" or (cell.drafter is not None and cell.drafter.name == "none")):
+                        cell.method != "specdec" or (cell.drafter is not None and cell.drafter.is_plain_none)):
                     group.insert(0, group.pop(index).model_copy(update={"is_reference": True}))
                     break
             cells.extend(group)

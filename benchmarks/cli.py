@@ -41,15 +41,21 @@ def _parse_value(text: str) -> Any:
 
 
 def parse_drafter(text: str) -> DrafterSpec:
-    """NAME or NAME:KEY=VALUE,KEY=VALUE (values parsed as JSON when they can be)."""
+    """NAME or NAME:KEY=VALUE,KEY=VALUE (values parsed as JSON when they can be). The key `label` is the
+    cell's name in the results, not a drafter option: `none:label=none-again` is a second cell of plain
+    decoding (an A/A cell)."""
     name, _, rest = text.partition(":")
     options = {}
+    label = None
     for pair in filter(None, rest.split(",")):
         if "=" not in pair:
             raise SystemExit(f"specdec bench: error: drafter option {pair!r} must look like KEY=VALUE")
         key, value = pair.split("=", 1)
-        options[key] = _parse_value(value)
-    return DrafterSpec(name=name, options=options)
+        if key == "label":
+            label = value
+        else:
+            options[key] = _parse_value(value)
+    return DrafterSpec(name=name, options=options, label=label)
 
 
 def parse_dataset(text: str, categories: list[str] | None, per_category: int | None) -> DatasetSpec:
@@ -72,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                         help="the models' dtype (default: the checkpoint's; the bundled pair's is float32)")
     parser.add_argument("--drafter", action="append", metavar="NAME[:K=V,...]",
-                        help="drafter to run (repeatable); `@draft` as a value means the model's draft")
+                        help="drafter to run (repeatable); `@draft` as a value means the model's draft; "
+                             "`label=NAME` names the cell (two cells of one drafter, e.g. an A/A `none`)")
     parser.add_argument("--verifier", action="append", help="verifier(s) (repeatable; default exact)")
     parser.add_argument("--dataset", action="append", metavar="KIND[:PATH]",
                         help="spec_bench, humaneval, gsm8k or text:FILE (repeatable)")

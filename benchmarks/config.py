@@ -73,6 +73,12 @@ class DrafterSpec(_Strict):
         shown = {k: v for k, v in self.options.items() if v != DRAFT_PLACEHOLDER}
         return self.name + (f"({','.join(f'{k}={v}' for k, v in shown.items())})" if shown else "")
 
+    @property
+    def is_plain_none(self) -> bool:
+        """specdec's own plain decoding as the sweep's baseline: `none` with no options and no label. A labelled
+        `none` is a second cell of the same work (an A/A cell: what two identical cells read apart in one run)."""
+        return self.name == "none" and not self.options and self.label is None
+
 
 class DatasetSpec(_Strict):
     kind: Literal["spec_bench", "humaneval", "gsm8k", "text"] = "spec_bench"
@@ -134,7 +140,7 @@ class SweepConfig(_Strict):
 
     def with_none(self) -> SweepConfig:
         """specdec's own autoregressive decoding (drafter `none`) is always measured."""
-        if any(d.name == "none" and not d.options for d in self.drafters):
+        if any(d.is_plain_none for d in self.drafters):
             return self
         return self.model_copy(update={"drafters": [DrafterSpec(name="none"), *self.drafters]})
 

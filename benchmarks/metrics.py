@@ -161,7 +161,7 @@ def _find(cells: list[Cell], records: list[dict[str, Any]], group: str, batch: i
     for cell, record in zip(cells, records):
         if (cell.group == group and cell.batch_size == batch and cell.method == method
                 and (drafter is None or (cell.drafter is not None and cell.drafter.name == drafter
-                                         and not cell.drafter.options))):
+                                         and not cell.drafter.options and cell.drafter.label is None))):
             return record if record.get("status") == "ok" else None
     return None
 

@@ -563,3 +563,42 @@ def test_the_greedy_check_counts_near_ties_apart_from_mismatches() -> None:
     unexplained = {"samples": [{"sample_id": "a", "turns": [turn([1, 2, 3], "p"), turn([4, 0], "q")]},
                                {"sample_id": "b", "turns": [turn([7, 8], "r")]}]}
     assert equality(cell, unexplained, reference)["failure"]
+
+
+def test_a_labelled_none_is_a_second_cell_of_plain_decoding_and_never_the_baseline(tiny_dir, data_files, tmp_path):
+    """An A/A cell (`--drafter none:label=none-again`): the same work as `none`, measured beside it, so a run
+    says how far two identical cells read apart. Ratios are still taken over the unlabelled `none`."""
+    from specdec.benchmarks.cli import parse_drafter
+
+    again = parse_drafter("none:label=none-again")
+    assert (again.name, again.options, again.label, again.display) == ("none", {}, "none-again", "none-again")
+    assert parse_drafter("anpd:k=3,label=short").options == {"k": 3}
+    config = _config(tiny_dir, {"kind": "spec_bench", "path": str(data_files["spec"])}, [again, "none"])
+    assert [d.display for d in config.with_none().drafters] == ["none-again", "none"]  # none is there already
+    alone = _config(tiny_dir, {"kind": "spec_bench", "path": str(data_files["spec"])}, [again]).with_none()
+    assert [d.display for d in alone.drafters] == ["none", "none-again"]  # a labelled none is not the baseline
+    cells, records = run_sweep(config, tmp_path, show_progress=False)
+    assert all(record["status"] == "ok" for record in records), [r.get("error") for r in records]
+    by_label = {cell.label: (cell, record) for cell, record in zip(cells, records)}
+    assert by_label["none"][0].cell_id != by_label["none-again"][0].cell_id
+    assert _outputs([by_label["none"][1]])[by_label["none"][0].cell_id][0] == \
+        _outputs([by_label["none-again"][1]])[by_label["none-again"][0].cell_id][0]  # the same tokens
+    summary = {s["label"]: s for s in summarize(cells, records)["cells"]}
+    assert summary["none"]["categories"]["overall"]["speedup_vs_none"] == pytest.approx(1.0)  # over itself
+    assert summary["none-again"]["categories"]["overall"]["speedup_vs_none"] is not None
+
+
+def test_issue_21_targets_say_which_misses_lie_within_the_runs_a_a_spread():
+    """goodput_targets: with an A/A cell, a missed target is 'within the spread' when its measured value over
+    its threshold is no lower than the A/A cell's lowest ratio to `none`; without one the table is as before."""
+    from specdec.benchmarks.goodput_targets import AA_LABEL, CATEGORIES, checks
+
+    flat = {c: 1.0 for c in CATEGORIES}
+    ratio = {"none": dict(flat), AA_LABEL: {**flat, "qa": 0.95},
+             "anpd": {**flat, "mt_bench": 0.94}, "anpd(schedule=constant)": dict(flat),
+             "ppd": {**flat, "overall": 0.90}}
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in checks(ratio)[2:]}
+    assert "| yes (0.969) |" in rows["anpd >= 0.97x none overall and in every category"]  # 0.94 / 0.97 >= 0.95
+    assert "| no (0.900) |" in rows["ppd >= 1.0x none overall"]  # 0.90 < 0.95: beyond the spread
+    without = checks({k: v for k, v in ratio.items() if k != AA_LABEL})
+    assert without[0] == "| target | met | measured |" and all(line.count(" | ") == 2 for line in without[2:])

@@ -8,8 +8,9 @@
 #   cp -r specdec/zoo/default/draft /work/second/target && rm /work/second/target/token_ranking.json
 #   and "dtype": "float32" in its config.json (the bundled copy says bfloat16, and in bf16 even `none`
 #   differed from transformers' greedy generate on 1 of 14 turns: near-ties flip with accumulation order)
+# `none-again`: plain decoding again (an A/A cell), how far two cells doing the same work read apart in this run.
 OMP_NUM_THREADS=1 specdec bench --preset quick --model /work/second/target --draft /work/second/draft128/final \
   --repeats 3 --threads 1 --baseline hf_generate \
-  --drafter none --drafter anpd --drafter anpd:schedule=constant \
+  --drafter none --drafter none:label=none-again --drafter anpd --drafter anpd:schedule=constant \
   --drafter draft_model:model=@draft --drafter draft_model:model=@draft,schedule=heuristic \
   --out benchmarks/results/goodput/second_model --no-progress "$@"
