@@ -164,8 +164,8 @@ def aa_floor(ratio: dict[str, dict[str, float]]) -> list[str]:
     high = max(values.values())
     return [f"A/A: `{AA_LABEL}` (plain decoding again, `none`'s work) reads {low:.3f}x "
             f"({min(values, key=values.__getitem__)}) to {high:.3f}x ({max(values, key=values.__getitem__)}) "
-            "of `none` in this run. A missed target whose measured value over its threshold is at least "
-            f"{low:.3f} is within that spread.", ""]
+            "of `none` in this run (one pair of identical cells: a lower bound on the run's noise). A missed target "
+            f"whose measured value over its threshold is at least {low:.3f} is within that spread.", ""]
 
 
 def checks(ratio: dict[str, dict[str, float]]) -> list[str]:

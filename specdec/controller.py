@@ -693,7 +693,25 @@ class GoodputController:
         elif costly and batch is None:  # back to probe_share as its probes keep failing (`_probe_discount`)
             chain = self.options.chain_probe_share
             share = max(min(share, chain), chain / self._probe_discount(items.member))
-        return share / len(self.order)
+        return share * self._probe_weight(items.member)
+
+    def _probe_weight(self, name: str | None) -> float:
+        """The part of a row's probe budget that `name`'s probes may take (drafter="auto"): the members whose probes
+        cost something share it by how often each may probe, 1 / `_probe_discount` (a free drafter's look, a node
+        verified, costs next to nothing and takes none from the others; its own probes keep a costly member's
+        part). Split evenly among all members, layer_skip's probes on RAG prompts came a quarter as often as
+        alone, and the row decoded 121 steps with anpd at 1.45 tokens a step where layer_skip alone commits 3.8
+        (`benchmarks/results/goodput/checks_s68/`); PPD's slot probes, discounted on a device where its trees
+        never pay, left their part unused."""
+        if len(self.order) == 1:
+            return 1.0
+        cheap = self._cheap_drafters()
+        costly = [member for member in self.order if member not in cheap]
+        if not costly:
+            return 1.0 / len(self.order)
+        weights = {member: 1.0 / self._probe_discount(member) for member in costly}
+        own = weights.get(name, 1.0 / self._probe_discount(name)) if name is not None else 1.0
+        return own / (sum(weights.values()) + (0.0 if name in weights else own))
 
     def _probe_discount(self, name: str | None) -> float:
         """How many times rarer than `probe_share` allows a drafter's probes come: its probes failed

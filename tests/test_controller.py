@@ -1729,3 +1729,32 @@ def test_rows_in_a_live_batch_and_auto_members_are_not_held_engaged():
     assert not controller(model)._slot_look(2)
     assert controller(model, live=False)._slot_look(4)  # frozen rows are priced alone
     assert not controller(model, members=(Member("d", False), Member("e", False)))._slot_look(1)
+
+
+def test_auto_members_share_a_rows_probe_budget_by_how_often_each_may_probe():
+    """drafter="auto": a row's probe budget is split among the members whose probes cost something, by 1 /
+    their probe discount; a free drafter (a lookup) takes none of it. Split evenly among all four members,
+    layer_skip probed a quarter as often as alone and RAG rows ran on anpd's poor drafts for 121 steps."""
+    model = synthetic()
+    for name, per_token in (("a", 0.004), ("b", 0.006)):  # two costly drafters; "free" has no cost: cheap
+        fit = LinearFit(DRAFT_FEATURES)
+        for nodes in (1, 2, 3, 5, 8) * 4:
+            fit.update(draft_features(nodes, nodes), per_token * nodes)
+        model.live.drafters[name] = fit
+    members = [Member("free", False), Member("a", False), Member("b", False)]
+    ctl = controller(model, members=members)
+    assert ctl._cheap_drafters() == {"free"}
+    assert ctl._probe_weight("a") == pytest.approx(0.5) and ctl._probe_weight("b") == pytest.approx(0.5)
+    assert ctl._probe_weight("free") == pytest.approx(1 / 3)  # counted as one more member, for its own looks
+    ctl.streaks["b"] = 6 * PROBE_STREAK  # b's probes keep failing: 8x rarer, and its part goes to a
+    assert ctl._probe_discount("b") == 8.0
+    assert ctl._probe_weight("a") == pytest.approx(1 / (1 + 1 / 8))
+    assert ctl._probe_weight("a") + ctl._probe_weight("b") == pytest.approx(1.0)
+    # the probe wait follows: a's probes come sooner than under an even split of the budget (1/3 each)
+    row = ctl._row(0, None)
+    items = ctl._position_items(row, "a", 8, None, explore=True)
+    shared = ctl._probe_wait((items, 2, 0.0, 2))
+    assert shared > 0
+    ctl._probe_weight = lambda name: 1 / 3  # type: ignore[method-assign]
+    assert ctl._probe_wait((items, 2, 0.0, 2)) == pytest.approx(shared * (1 / (1 + 1 / 8)) * 3)
+    assert controller(model)._probe_weight("d") == 1.0  # one drafter: the whole budget
