@@ -11,7 +11,7 @@ from specdec.benchmarks.goodput_targets import CATEGORIES, no_draft_shares, samp
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = {"spec_bench_b6770ba": 58, "spec_bench_5e4eff5": 60, "spec_bench_1ced711": 61, "spec_bench_7cbc223": 62,
-          "spec_bench_8988e9a": 64, "spec_bench_b62d4c3": 65, "spec_bench_f2f5d98": 66, "spec_bench": 67}
+          "spec_bench_8988e9a": 64, "spec_bench_b62d4c3": 65, "spec_bench_f2f5d98": 66, "spec_bench_8449d80": 67}
 
 for clock in ("wall_times", "cpu_times"):
     print(f"## ppd (plain on every row-step) over none, {clock}\n")
