@@ -709,9 +709,9 @@ class GoodputController:
         costly = [member for member in self.order if member not in cheap]
         if not costly:
             return 1.0 / len(self.order)
-        weights = {member: 1.0 / self._probe_discount(member) for member in costly}
-        own = weights.get(name, 1.0 / self._probe_discount(name)) if name is not None else 1.0
-        return own / (sum(weights.values()) + (0.0 if name in weights else own))
+        own = 1.0 / self._probe_discount(name)
+        others = sum(1.0 / self._probe_discount(member) for member in costly if member != name)
+        return own / (own + others)
 
     def _probe_discount(self, name: str | None) -> float:
         """How many times rarer than `probe_share` allows a drafter's probes come: its probes failed
