@@ -15,7 +15,10 @@ autoregressive decoding (greedy, so they must be equal). Each cell runs `--warmu
 timed repeats (interleaved across the cells of a batch size); the one-off work of its first call (the cost
 model measuring this batch size's verify curve) is reported apart. Each cell (mode, drafter) keeps a cost model of
 its own over its runs and batch sizes (`CellCosts`), so no cell's decisions follow from what the cells run before it
-taught the controller. The results README is written by hand from `table.md`, `result.json` and `throughput.png`.
+taught the controller. The results README is written by hand from `table.md`, `result.json` and `throughput.png`;
+`benchmarks/batching_targets.py` checks issue 21's targets on a run (its `targets.md`). With `--aa`, batched
+autoregressive decoding runs twice per batch size (the second cell labelled `none-again`, interleaved with the rest):
+how far two cells doing the same work read apart in the run, the noise a speedup is read against.
 
 Continuous cells (`--modes continuous continuous-adaptive`) leave EMS-SD's protocol for serving's: the
 whole list in one call with at most B rows at once, a finished row's place taken by the next prompt
@@ -57,6 +60,8 @@ ADAPTIVE_OPTIONS = {"anpd": {"schedule": "heuristic", "min_match": 2}, "draft_mo
 # output with per-token accuracy p. They show what acceptance speculation needs at each batch size on
 # this machine, apart from any real drafter's quality.
 ORACLE_PREFIX = "oracle@"
+#: The A/A cell's drafter label (`--aa`): batched autoregressive decoding again, the reference cell's work.
+AA_LABEL = "none-again"
 
 
 def load_prompts(tokenizer, context: int, count: int, new_tokens: int, max_prompt: int) -> list[list[int]]:
@@ -161,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
                              "first call pays one-off work (the cost model measuring this batch size's verify "
                              "curve, ~2-4 s here), which would otherwise land in one of its repeats; its CPU "
                              "seconds are reported apart (first_call_setup_cpu_seconds)")
+    parser.add_argument("--aa", action="store_true",
+                        help=f"run batched autoregressive decoding twice per batch size (the second labelled "
+                             f"{AA_LABEL}): the run's noise between two cells doing the same work")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (1 gives steadier numbers when other jobs share the CPU)")
@@ -191,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     for batch in args.batch_sizes:
         batches = [all_prompts[i : i + batch] for i in range(0, len(all_prompts), batch)]
         continuous = any(m.startswith("continuous") for m in args.modes)
-        cells = ([("autoregressive", "none")] + ([("continuous", "none")] if continuous else [])
+        cells = ([("autoregressive", "none")] + ([("autoregressive", AA_LABEL)] if args.aa else [])
+                 + ([("continuous", "none")] if continuous else [])
                  + [(m, d) for d in args.drafters for m in args.modes]
                  + [("unpadded", f"{ORACLE_PREFIX}{accuracy:g}") for accuracy in args.oracle_accuracies])
         runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {cell: [] for cell in cells}
@@ -212,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 runs[mode, drafter].append((time.perf_counter() - start, time.process_time() - cpu_start, setup))
                 outputs[mode, drafter] = outs
-        reference = [seq for out in outputs["autoregressive", "none"] for seq in out.sequences]
+        reference = [seq for out in outputs["autoregressive", "none"] for seq in out.sequences]  # not the A/A cell
         for mode, drafter in cells:
             row = _cell_row(batch, mode, drafter, runs[mode, drafter], outputs[mode, drafter], reference)
             row["first_call_setup_cpu_seconds"] = first_setup[mode, drafter]
@@ -250,7 +259,7 @@ def write_outputs(result: dict, out: Path) -> None:
              "tau | acceptance | KV padding ratio | input padding | KV used MiB | KV allocated MiB | equal | "
              "first call's setup CPU s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    ar = {r["batch"]: r for r in rows if r["mode"] == "autoregressive"}
+    ar = reference_rows(rows)
     for r in rows:
         base = ar[r["batch"]]
         lines.append(f"| {r['batch']} | {r['batches']} | {r['mode']} | {r['drafter']} | {r['tokens_per_cpu_second']:.1f} | "
@@ -298,6 +307,11 @@ def write_outputs(result: dict, out: Path) -> None:
         _plot_break_even(plt, rows, ar, out / "break_even.png")
     if any(r["mode"].startswith("continuous") for r in rows):
         _plot_speedup(plt, rows, ar, out / "speedup.png")
+
+
+def reference_rows(rows: list[dict]) -> dict[int, dict]:
+    """Per batch size, the row every ratio is taken over: batched autoregressive decoding (not its A/A copy)."""
+    return {r["batch"]: r for r in rows if r["mode"] == "autoregressive" and r["drafter"] == "none"}
 
 
 def _plot_speedup(plt, rows: list[dict], ar: dict[int, dict], path: Path) -> None:

@@ -455,7 +455,7 @@ def test_each_batching_cell_prices_its_steps_with_a_cost_model_of_its_own(tmp_pa
     monkeypatch.setattr(specdec, "generate", recorded)
     assert batching.main(["--batch-sizes", "1", "2", "--prompts", "2", "--new-tokens", "4", "--drafters", "anpd",
                           "--modes", "unpadded", "continuous", "--oracle-accuracies", "1.0", "--repeats", "1",
-                          "--threads", "1", "--out", str(tmp_path)]) == 0
+                          "--threads", "1", "--aa", "--out", str(tmp_path)]) == 0
     speculative = {key: models for key, models in seen.items() if key[0] != "none"}
     assert set(speculative) == {("anpd", "unpadded", False), ("anpd", "unpadded", True),
                                 ("oracle", "unpadded", False)}
@@ -464,6 +464,13 @@ def test_each_batching_cell_prices_its_steps_with_a_cost_model_of_its_own(tmp_pa
     assert all(len(ids) == 1 for ids in per_cell) and len(set.union(*per_cell)) == len(per_cell)
     shared = cost_model_for(targets[0], "cpu")
     assert all(models[0] is not None and models[0] is not shared for models in speculative.values())
+    rows = json.loads((tmp_path / "result.json").read_text())["rows"]  # --aa: plain decoding again, apart
+    assert [(r["batch"], r["drafter"]) for r in rows if r["mode"] == "autoregressive"] == [
+        (1, "none"), (1, batching.AA_LABEL), (2, "none"), (2, batching.AA_LABEL)]
+    from specdec.benchmarks import batching_targets
+
+    text = batching_targets.main(tmp_path)
+    assert "A/A: `none-again`" in text and text.count("anpd (unpadded) B=") >= 2
 
 
 def test_draft_vocab_benchmark_writes_a_table_of_equal_outputs(tmp_path):
@@ -602,3 +609,29 @@ def test_issue_21_targets_say_which_misses_lie_within_the_runs_a_a_spread():
     assert "| no (0.900) |" in rows["ppd >= 1.0x none overall"]  # 0.90 < 0.95: beyond the spread
     without = checks({k: v for k, v in ratio.items() if k != AA_LABEL})
     assert without[0] == "| target | met | measured |" and all(line.count(" | ") == 2 for line in without[2:])
+
+
+def _batch_row(batch: int, mode: str, drafter: str, speed: float) -> dict:
+    return {"batch": batch, "mode": mode, "drafter": drafter, "tokens_per_cpu_second": speed, "tau": 1.0}
+
+
+def test_batching_targets_read_each_cell_over_its_own_protocols_plain_decoding_and_the_a_a_spread_both_ways():
+    """batching_targets: static cells over static batched plain decoding, continuous ones over continuous plain
+    decoding; '> 1.0x' is asked only where the always-right oracle beats plain decoding; the A/A reading 1.04x
+    counts as a 1/1.04 spread, so a 0.94x miss (0.969 of 0.97) is within it and a 0.90x one is not."""
+    from specdec.benchmarks.batching import AA_LABEL
+    from specdec.benchmarks.batching_targets import aa_low, checks
+
+    rows = [_batch_row(1, "autoregressive", "none", 100.0), _batch_row(1, "autoregressive", AA_LABEL, 104.0),
+            _batch_row(1, "continuous", "none", 80.0), _batch_row(1, "unpadded", "anpd", 94.0),
+            _batch_row(1, "continuous", "anpd", 82.0), _batch_row(1, "unpadded", "oracle@1", 150.0),
+            _batch_row(2, "autoregressive", "none", 100.0), _batch_row(2, "autoregressive", AA_LABEL, 99.0),
+            _batch_row(2, "unpadded", "anpd", 90.0), _batch_row(2, "unpadded", "oracle@1", 95.0)]
+    assert aa_low(rows) == pytest.approx(1 / 1.04)
+    found = {" ".join(what.split(" ")[:4]): (ok, ratio, over) for what, ok, ratio, over in checks(rows)}
+    assert found["anpd (unpadded) B=1 >="] == (False, pytest.approx(0.94), pytest.approx(0.94 / 0.97))
+    assert found["anpd (continuous) B=1 >="][:2] == (True, pytest.approx(82 / 80))  # over continuous plain decoding
+    assert found["anpd (unpadded) B=1 >"][0] is False  # the oracle beats plain decoding at B=1
+    assert "anpd (unpadded) B=2 >" not in found  # ... not at B=2 (0.95x)
+    assert found["anpd (unpadded) B=2 >="][2] < aa_low(rows) < found["anpd (unpadded) B=1 >="][2]
+    assert aa_low([r for r in rows if r["drafter"] != AA_LABEL]) is None
