@@ -56,6 +56,8 @@ def main() -> None:
                     row[2] += step["expected"][0]
                     row[3] += step["accepted"][0] if step["accepted"] else 0
                 table = costs.table()
+                print("  engine overhead priced per step (drafter, drafted): "
+                      + ", ".join(f"{key} {1e3 * value:.3f} ms" for key, value in sorted(table.overheads.items())))
                 for width in sorted(by_width):
                     steps, verify, expected, accepted = by_width[width]
                     print(f"  verified {width:2d}: steps {steps:4d}, verify {1e3 * verify / steps:6.3f} ms (priced "
