@@ -3,10 +3,12 @@ rule on the second pair? Three cells side by side: the constant rule; the contro
 patched to keep every proposed node of a lone row (`GoodputController._solve_row` returning them all: the plan,
 the pricing and the learning still run). 12 Spec-Bench prompts, 64 new tokens, a cost model per cell kept across
 calls, 2 warm-up passes, then interleaved rounds (order reversed every other round): process CPU seconds, steps,
-and the engine's draft + other host ms per step.
+and the engine's draft + other host ms per step. With `--gc`, the cells are the constant rule and keep-all, each also
+run with Python's garbage collector off during its calls (`sm_gc.txt`: is the gap the collector? no).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/results/goodput/checks_s69/sm_keep_all.py /work/second/target 4
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/results/goodput/checks_s69/sm_keep_all.py /work/second/target 4 [--gc]
 """
+import gc
 import sys
 import time
 from contextlib import nullcontext
@@ -22,23 +24,28 @@ from specdec.costs import CostModel, device_key
 from specdec.target import context_length
 
 torch.set_num_threads(1)
-model, tokenizer = load_model(sys.argv[1] if len(sys.argv) > 1 else "/work/second/target")
-rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+arguments = [a for a in sys.argv[1:] if a != "--gc"]
+model, tokenizer = load_model(arguments[0] if arguments else "/work/second/target")
+rounds = int(arguments[1]) if len(arguments) > 1 else 4
 builder = PromptBuilder(tokenizer, context_length(model), 64)
 prompts = [builder.encode([], s.turns[0])[0] for s in load_dataset("spec_bench", None, None, 2)]
-cells = ("constant", "goodput", "keep-all")
+cells = ("constant", "keep-all", "constant-nogc", "keep-all-nogc") if "--gc" in sys.argv else (
+    "constant", "goodput", "keep-all")
 costs = {cell: CostModel(device_key("cpu")) for cell in cells}
 
 
 def run(cell: str) -> list[float]:
     totals = [0.0, 0, 0.0, 0]
     patch = mock.patch.object(GoodputController, "_solve_row", lambda self, items, seconds: len(items.probs))
-    with patch if cell == "keep-all" else nullcontext():
+    with patch if cell.startswith("keep-all") else nullcontext():
         for prompt in prompts:
+            if cell.endswith("nogc"):
+                gc.disable()
             started = time.process_time()
             out = specdec.generate(model, prompt, drafter="anpd", verifier="exact", max_new_tokens=64, cost_model=costs[cell],
-                                   drafter_options={"schedule": "constant" if cell == "constant" else "goodput"})
+                                   drafter_options={"schedule": "constant" if cell.startswith("constant") else "goodput"})
             totals[0] += time.process_time() - started
+            gc.enable()
             totals[1] += out.stats.steps
             totals[2] += out.stats.draft_time + out.stats.other_time
             totals[3] += sum(out.stats.drafted_per_step)
