@@ -6,9 +6,16 @@ each missed target also says whether its shortfall lies within what that copy of
 this run (its lowest ratio over the categories and overall): a miss no larger than that is not told apart from
 the machine's noise by this run.
 
-    .venv/bin/python benchmarks/goodput_targets.py benchmarks/results/goodput/spec_bench
+Each target also gets a paired bootstrap interval (`bootstrap_overs`): the run's (sample, repeat) units are drawn
+again with replacement, the same draws for every cell (unit i of every cell ran in the same round of the
+interleaved sweep), and the target is read again on each draw. Its 90% interval of measured value over threshold
+says whether the run tells the target apart from its threshold at all: a miss whose interval reaches past 1.0 is
+not shown to be one, nor a pass whose interval reaches below it.
 
-Writes targets.md into that folder and prints it.
+    .venv/bin/python benchmarks/goodput_targets.py benchmarks/results/goodput/spec_bench [OTHER_RUN ...]
+
+Writes targets.md into that folder and prints it; with other runs of the same sweep, also the targets read on all
+their units pooled (`pooled_units`).
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import numpy as np
 
 CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag", "overall")
 #: goodput cell -> the same drafter with its own schedule (its default before issue 21)
@@ -26,6 +35,11 @@ BASELINE_OF = {"anpd": "anpd(schedule=constant)", "draft_model": "draft_model(sc
                "ppd_draft_model": "ppd_draft_model(schedule=constant)"}
 #: the A/A cell's label: a second cell of plain decoding (`specdec bench --drafter none:label=none-again`)
 AA_LABEL = "none-again"
+#: bootstrap draws and the interval's coverage (`bootstrap_overs`)
+DRAWS = 2000
+COVERAGE = 0.90
+#: a target read from a ratio table: (met, the measured value as text, measured value over its threshold)
+Reading = tuple[bool, str, float]
 
 
 def no_draft_shares(folder: Path) -> dict[str, float]:
@@ -113,6 +127,44 @@ def repeat_count(folder: Path) -> int:
     return 0
 
 
+def unit_speeds(folder: Path, clock: str) -> dict[str, dict[str, list[float]]]:
+    """Per cell and category, tokens/s of every (sample, repeat) unit on `clock`, in one order for every cell (by
+    sample, then repeat): the harness's ratio over `none` is the mean of a cell's units over the mean of none's."""
+    units: dict[str, dict[str, dict[tuple[str, int], float]]] = {}
+    for label, category, tokens, times, sample in sample_times(folder, clock):
+        cell = units.setdefault(label, {}).setdefault(category, {})
+        for repeat, seconds in enumerate(times):
+            cell[(sample, repeat)] = tokens / seconds
+    return {label: {category: [speeds[key] for key in sorted(speeds)] for category, speeds in cats.items()}
+            for label, cats in units.items()}
+
+
+def drawn_ratios(units: dict[str, dict[str, list[float]]], picks: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """The ratio table over `none` on the units `picks` chose per category (overall: all of them)."""
+    means: dict[str, dict[str, float]] = {}
+    for label, cats in units.items():
+        chosen = {category: np.asarray(speeds)[picks[category]] for category, speeds in cats.items()}
+        means[label] = {category: float(values.mean()) for category, values in chosen.items()}
+        means[label]["overall"] = float(np.concatenate(list(chosen.values())).mean())
+    return over_none(means)
+
+
+def bootstrap_overs(units: dict[str, dict[str, list[float]]], readers: list[Callable[[dict], Reading]],
+                    draws: int = DRAWS, seed: int = 0) -> list[tuple[float, float]]:
+    """Per target reader, the COVERAGE interval of its measured value over threshold across `draws` paired
+    bootstrap draws of the units (the same draw for every cell)."""
+    rng = np.random.default_rng(seed)
+    sizes = {category: len(speeds) for category, speeds in units["none"].items()}
+    overs = np.empty((draws, len(readers)))
+    for draw in range(draws):
+        picks = {category: rng.integers(0, size, size) for category, size in sizes.items()}
+        ratio = drawn_ratios(units, picks)
+        overs[draw] = [read(ratio)[2] for read in readers]
+    tail = 100 * (1 - COVERAGE) / 2
+    low, high = np.percentile(overs, [tail, 100 - tail], axis=0)
+    return [(float(a), float(b)) for a, b in zip(low, high)]
+
+
 def table(title: str, ratio: dict[str, dict[str, float]], shares: dict[str, float]) -> list[str]:
     lines = [f"### {title}", "", "| cell | " + " | ".join(CATEGORIES) + " | no-draft share |",
              "|---|" + "---|" * (len(CATEGORIES) + 1)]
@@ -123,7 +175,17 @@ def table(title: str, ratio: dict[str, dict[str, float]], shares: dict[str, floa
     return lines + [""]
 
 
-def main(folder: Path) -> str:
+def pooled_units(folders: list[Path], clock: str) -> dict[str, dict[str, list[float]]]:
+    """The units of several runs of one sweep, run after run (the cells every run has): read as one run of
+    all their repeats. For runs of the same code on the same kind of machine; each run's `none` stays paired
+    with its own cells through the unit order."""
+    runs = [unit_speeds(folder, clock) for folder in folders]
+    labels = [label for label in runs[0] if all(label in run for run in runs)]
+    return {label: {category: [speed for run in runs for speed in run[label][category]]
+                    for category in runs[0][label]} for label in labels}
+
+
+def main(folder: Path, pool: list[Path] | None = None) -> str:
     results = folder / "results.json"
     command = json.loads(results.read_text())["command"] if results.is_file() else "(partial run: cells.jsonl only)"
     shares = no_draft_shares(folder)
@@ -143,8 +205,19 @@ def main(folder: Path) -> str:
     for title, ratios in views.items():
         lines += table(title, ratios, shares)
     # Targets are checked on the harness's own number and on CPU time (the machine was shared).
-    for title, ratio in list(views.items())[:2]:
-        lines += [f"Targets on: {title}", ""] + aa_floor(ratio) + checks(ratio) + [""]
+    for (title, ratio), clock in zip(list(views.items())[:2], ("wall_times", "cpu_times")):
+        lines += [f"Targets on: {title}", ""] + aa_floor(ratio) + checks(ratio, unit_speeds(folder, clock)) + [""]
+    if pool:
+        names = ", ".join(f"`{other.name}`" for other in pool)
+        lines += [f"## Pooled with {names}", "",
+                  f"The units of this run and of {names} (runs of the same sweep on the same code) read as one run: "
+                  "ratios are the mean of every unit of every run over `none`'s, the interval draws from all of them.",
+                  ""]
+        for title, clock in (("wall clock", "wall_times"), ("process CPU time", "cpu_times")):
+            units = pooled_units([folder, *pool], clock)
+            ratio = drawn_ratios(units, {c: np.arange(len(v)) for c, v in units["none"].items()})
+            lines += table(f"{title}, pooled", ratio, shares)
+            lines += [f"Targets on: {title}, pooled", ""] + aa_floor(ratio) + checks(ratio, units) + [""]
     text = "\n".join(lines) + "\n"
     (folder / "targets.md").write_text(text)
     return text
@@ -168,48 +241,66 @@ def aa_floor(ratio: dict[str, dict[str, float]]) -> list[str]:
             f"whose measured value over its threshold is at least {low:.3f} is within that spread.", ""]
 
 
-def checks(ratio: dict[str, dict[str, float]]) -> list[str]:
-    """The targets as a table; each entry also keeps its measured value over its threshold (for the A/A column)."""
-    found: list[tuple[str, bool, str, float]] = []
+def targets(ratio: dict[str, dict[str, float]]) -> list[tuple[str, Callable[[dict], Reading]]]:
+    """The targets that apply to this run (which ones, and the best single drafter auto is held to, are read
+    from `ratio`), each with its reader: any ratio table -> (met, measured, measured over threshold)."""
+    found: list[tuple[str, Callable[[dict], Reading]]] = []
     goodput = [name for name in BASELINE_OF if name in ratio]
+
+    def at_least(name: str, cat: str, threshold: Callable[[dict], float]) -> Callable[[dict], Reading]:
+        return lambda r: (r[name][cat] >= threshold(r), f"{r[name][cat]:.3f}x", r[name][cat] / threshold(r))
+
+    def lowest(name: str) -> Callable[[dict], Reading]:
+        def read(r: dict) -> Reading:
+            worst = min(CATEGORIES, key=lambda c: r[name][c])
+            return r[name][worst] >= 0.97, f"lowest {worst} {r[name][worst]:.3f}", r[name][worst] / 0.97
+        return read
+
     for name in goodput:
-        worst = min(CATEGORIES, key=lambda c: ratio[name][c])
-        found.append((f"{name} >= 0.97x none overall and in every category",
-                       ratio[name][worst] >= 0.97, f"lowest {worst} {ratio[name][worst]:.3f}",
-                       ratio[name][worst] / 0.97))
+        found.append((f"{name} >= 0.97x none overall and in every category", lowest(name)))
         own = BASELINE_OF[name]
         if own in ratio:
             for cat in CATEGORIES:
                 before = ratio[own][cat]
                 if before > 1.05:
-                    after = ratio[name][cat]
                     found.append((f"{name} {cat}: beat none by >5% with its own schedule ({before:.3f}x); "
-                                   "keeps >= 97% of that speedup", after >= 0.97 * before, f"{after:.3f}x",
-                                   after / (0.97 * before)))
+                                  "keeps >= 97% of that speedup",
+                                  at_least(name, cat, lambda r, own=own, cat=cat: 0.97 * r[own][cat])))
     if "ppd" in ratio:
-        found.append(("ppd >= 1.0x none overall", ratio["ppd"]["overall"] >= 1.0,
-                       f"{ratio['ppd']['overall']:.3f}", ratio["ppd"]["overall"]))
+        found.append(("ppd >= 1.0x none overall", at_least("ppd", "overall", lambda r: 1.0)))
     if "auto" in ratio and goodput:
         singles = [n for n in goodput] + [BASELINE_OF[n] for n in goodput if BASELINE_OF[n] in ratio]
         best = max(singles, key=lambda n: ratio[n]["overall"])
-        found.append((f"auto >= best single drafter overall within 2% (best: {best} "
-                       f"{ratio[best]['overall']:.3f})", ratio["auto"]["overall"] >= 0.98 * ratio[best]["overall"],
-                       f"{ratio['auto']['overall']:.3f}", ratio["auto"]["overall"] / (0.98 * ratio[best]["overall"])))
+        found.append((f"auto >= best single drafter overall within 2% (best: {best} {ratio[best]['overall']:.3f})",
+                      at_least("auto", "overall", lambda r, best=best: 0.98 * r[best]["overall"])))
         for cat in CATEGORIES[:-1]:
             best_cat = max(singles, key=lambda n: ratio[n][cat])
             found.append((f"auto within 5% of the best in {cat} (best: {best_cat} {ratio[best_cat][cat]:.3f})",
-                           ratio["auto"][cat] >= 0.95 * ratio[best_cat][cat], f"{ratio['auto'][cat]:.3f}",
-                           ratio["auto"][cat] / (0.95 * ratio[best_cat][cat])))
+                          at_least("auto", cat, lambda r, b=best_cat, cat=cat: 0.95 * r[b][cat])))
+    return found
+
+
+def checks(ratio: dict[str, dict[str, float]], units: dict[str, dict[str, list[float]]] | None = None) -> list[str]:
+    """The targets as a table: met, measured, whether a miss lies within the A/A spread (with an A/A cell), and
+    (given the run's `units`) the paired bootstrap interval of measured over threshold and what it says."""
+    found = targets(ratio)
+    readings = [read(ratio) for _, read in found]
     low = aa_low(ratio)
-    if low is None:
-        lines = ["| target | met | measured |", "|---|---|---|"]
-        return lines + [f"| {what} | {'yes' if ok else '**no**'} | {measured} |" for what, ok, measured, _ in found]
-    lines = ["| target | met | measured | a miss within the A/A spread |", "|---|---|---|---|"]
-    for what, ok, measured, over in found:
-        within = "" if ok else ("yes" if over >= low else "no") + f" ({over:.3f})"
-        lines.append(f"| {what} | {'yes' if ok else '**no**'} | {measured} | {within} |")
+    intervals = bootstrap_overs(units, [read for _, read in found]) if units else None
+    header = ["target", "met", "measured"] + (["a miss within the A/A spread"] if low is not None else []) + (
+        [f"measured / threshold, {COVERAGE:.0%} interval", "told apart"] if intervals else [])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for index, ((what, _), (ok, measured, over)) in enumerate(zip(found, readings)):
+        cells = [what, "yes" if ok else "**no**", measured]
+        if low is not None:
+            cells.append("" if ok else ("yes" if over >= low else "no") + f" ({over:.3f})")
+        if intervals:
+            a, b = intervals[index]
+            cells += [f"{a:.3f}-{b:.3f}", "met" if a >= 1.0 else "missed" if b < 1.0 else "no"]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
 if __name__ == "__main__":
-    print(main(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/goodput/spec_bench")))
+    folders = [Path(arg) for arg in sys.argv[1:]] or [Path("benchmarks/results/goodput/spec_bench")]
+    print(main(folders[0], folders[1:]))

@@ -611,6 +611,24 @@ def test_issue_21_targets_say_which_misses_lie_within_the_runs_a_a_spread():
     assert without[0] == "| target | met | measured |" and all(line.count(" | ") == 2 for line in without[2:])
 
 
+def test_issue_21_targets_tell_a_miss_from_noise_by_a_paired_bootstrap_over_the_runs_units():
+    """goodput_targets: the bootstrap interval of measured over threshold says 'missed' for a cell far below its
+    threshold, 'met' for one far above, and 'no' (not told apart) for one whose units straddle it."""
+    from specdec.benchmarks.goodput_targets import CATEGORIES, checks, drawn_ratios
+
+    noise = [(-1) ** i * (i % 5) for i in range(10)]  # mean 0, alternating
+    def cell(level: float, spread: float = 1.0, **per_category: float) -> dict[str, list[float]]:
+        return {c: [per_category.get(c, level) + spread * n for n in noise] for c in CATEGORIES[:-1]}
+    units = {"none": cell(100.0), "anpd(schedule=constant)": cell(200.0),
+             "anpd": {**cell(220.0, mt_bench=150.0), "qa": [192.0 + 12.0 * n for n in noise]}}
+    ratio = drawn_ratios(units, {c: list(range(10)) for c in CATEGORIES[:-1]})
+    rows = {line.split(" | ")[0].lstrip("| ").split(":")[0]: line.rstrip(" |").rsplit(" | ", 2)
+            for line in checks(ratio, units)[2:]}
+    assert rows["anpd mt_bench"][2] == "missed" and float(rows["anpd mt_bench"][1].split("-")[1]) < 1.0
+    assert rows["anpd translation"][2] == "met"
+    assert rows["anpd qa"][2] == "no"  # 192 / 194 on average, units 144-240: not told apart
+
+
 def _batch_row(batch: int, mode: str, drafter: str, speed: float) -> dict:
     return {"batch": batch, "mode": mode, "drafter": drafter, "tokens_per_cpu_second": speed, "tau": 1.0}
 
