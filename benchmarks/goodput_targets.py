@@ -217,7 +217,7 @@ def main(folder: Path, pool: list[Path] | None = None) -> str:
             units = pooled_units([folder, *pool], clock)
             ratio = drawn_ratios(units, {c: np.arange(len(v)) for c, v in units["none"].items()})
             lines += table(f"{title}, pooled", ratio, shares)
-            lines += [f"Targets on: {title}, pooled", ""] + aa_floor(ratio) + checks(ratio, units) + [""]
+            lines += [f"Targets on: {title}, pooled", ""] + aa_floor(ratio, "these runs pooled") + checks(ratio, units) + [""]
     text = "\n".join(lines) + "\n"
     (folder / "targets.md").write_text(text)
     return text
@@ -228,7 +228,7 @@ def aa_low(ratio: dict[str, dict[str, float]]) -> float | None:
     return min(ratio[AA_LABEL].values()) if AA_LABEL in ratio else None
 
 
-def aa_floor(ratio: dict[str, dict[str, float]]) -> list[str]:
+def aa_floor(ratio: dict[str, dict[str, float]], where: str = "this run") -> list[str]:
     """A line on the run's noise floor, when it has an A/A cell."""
     low = aa_low(ratio)
     if low is None:
@@ -237,7 +237,7 @@ def aa_floor(ratio: dict[str, dict[str, float]]) -> list[str]:
     high = max(values.values())
     return [f"A/A: `{AA_LABEL}` (plain decoding again, `none`'s work) reads {low:.3f}x "
             f"({min(values, key=values.__getitem__)}) to {high:.3f}x ({max(values, key=values.__getitem__)}) "
-            "of `none` in this run (one pair of identical cells: a lower bound on the run's noise). A missed target "
+            f"of `none` in {where} (one pair of identical cells: a lower bound on the run's noise). A missed target "
             f"whose measured value over its threshold is at least {low:.3f} is within that spread.", ""]
 
 

@@ -616,9 +616,11 @@ def test_issue_21_targets_tell_a_miss_from_noise_by_a_paired_bootstrap_over_the_
     threshold, 'met' for one far above, and 'no' (not told apart) for one whose units straddle it."""
     from specdec.benchmarks.goodput_targets import CATEGORIES, checks, drawn_ratios
 
-    noise = [(-1) ** i * (i % 5) for i in range(10)]  # mean 0, alternating
-    def cell(level: float, spread: float = 1.0, **per_category: float) -> dict[str, list[float]]:
-        return {c: [per_category.get(c, level) + spread * n for n in noise] for c in CATEGORIES[:-1]}
+    noise = [0, -1, 2, -3, 4, -4, 3, -2, 1, 0]  # ten units per category, mean 0
+
+    def cell(level: float, **per_category: float) -> dict[str, list[float]]:
+        return {c: [per_category.get(c, level) + n for n in noise] for c in CATEGORIES[:-1]}
+
     units = {"none": cell(100.0), "anpd(schedule=constant)": cell(200.0),
              "anpd": {**cell(220.0, mt_bench=150.0), "qa": [192.0 + 12.0 * n for n in noise]}}
     ratio = drawn_ratios(units, {c: list(range(10)) for c in CATEGORIES[:-1]})
