@@ -631,8 +631,26 @@ def test_issue_21_targets_tell_a_miss_from_noise_by_a_paired_bootstrap_over_the_
     assert rows["anpd qa"][2] == "no"  # 192 / 194 on average, units 144-240: not told apart
 
 
-def _batch_row(batch: int, mode: str, drafter: str, speed: float) -> dict:
-    return {"batch": batch, "mode": mode, "drafter": drafter, "tokens_per_cpu_second": speed, "tau": 1.0}
+def _batch_row(batch: int, mode: str, drafter: str, speed: float, repeats: tuple[float, ...] = ()) -> dict:
+    """A batching result row; `repeats`: its tokens per CPU-second in each repeat (100 tokens)."""
+    return {"batch": batch, "mode": mode, "drafter": drafter, "tokens_per_cpu_second": speed, "tau": 1.0,
+            "tokens": 100, "cpu_seconds_all": [100 / speed_r for speed_r in repeats]}
+
+
+def test_batching_targets_read_each_repeat_paired_with_its_references_and_tell_apart_only_one_sided_misses():
+    """batching_targets: each target is also read repeat by repeat over the reference's same repeat; 'missed' (or
+    'met') only where every repeat lies on that side of its threshold, 'no' where they straddle it."""
+    from specdec.benchmarks.batching_targets import checks, told_apart
+
+    rows = [_batch_row(1, "autoregressive", "none", 100.0, (100.0, 110.0, 90.0)),
+            _batch_row(1, "unpadded", "anpd", 94.0, (94.0, 103.0, 85.0)),  # 0.94, 0.936, 0.944 of each AR repeat
+            _batch_row(1, "unpadded", "draft_model", 98.0, (90.0, 112.0, 92.0)),  # 0.90, 1.02, 1.02
+            _batch_row(1, "unpadded", "oracle@1", 150.0, (150.0, 160.0, 140.0))]
+    found = {what.split(" ")[0] + what.split(" ")[3]: repeats for what, _, _, _, repeats in checks(rows)}
+    assert found["anpd>="] == pytest.approx([0.94 / 0.97, (103 / 110) / 0.97, (85 / 90) / 0.97])
+    assert told_apart(found["anpd>="]) == "missed" and told_apart(found["anpd>"]) == "missed"
+    assert told_apart(found["draft_model>="]) == "no"  # 0.90 below 0.97 in one repeat, above in two
+    assert told_apart([]) == "-"  # a run without per-repeat times
 
 
 def test_batching_targets_read_each_cell_over_its_own_protocols_plain_decoding_and_the_a_a_spread_both_ways():
@@ -648,7 +666,7 @@ def test_batching_targets_read_each_cell_over_its_own_protocols_plain_decoding_a
             _batch_row(2, "autoregressive", "none", 100.0), _batch_row(2, "autoregressive", AA_LABEL, 99.0),
             _batch_row(2, "unpadded", "anpd", 90.0), _batch_row(2, "unpadded", "oracle@1", 95.0)]
     assert aa_low(rows) == pytest.approx(1 / 1.04)
-    found = {" ".join(what.split(" ")[:4]): (ok, ratio, over) for what, ok, ratio, over in checks(rows)}
+    found = {" ".join(what.split(" ")[:4]): (ok, ratio, over) for what, ok, ratio, over, _ in checks(rows)}
     assert found["anpd (unpadded) B=1 >="] == (False, pytest.approx(0.94), pytest.approx(0.94 / 0.97))
     assert found["anpd (continuous) B=1 >="][:2] == (True, pytest.approx(82 / 80))  # over continuous plain decoding
     assert found["anpd (unpadded) B=1 >"][0] is False  # the oracle beats plain decoding at B=1
