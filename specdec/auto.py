@@ -74,6 +74,8 @@ class AutoDrafter(Drafter):
         self.members: dict[str, Drafter] = {}
         self.unusable: dict[str, str] = {}
         self.scored: dict[str, bool] = {}
+        # Per member, this step's (levels, nodes, seconds of its propose): the engine shares the step's drafting
+        # seconds, on the controller's clock, in these proportions (`SpeculativeEngine._draft_costs`).
         self.last_draft_seconds: dict[str, tuple[int, int, float]] = {}
         self.last_prepare_seconds: dict[str, float] = {}  # per member, this step's `prepare` (wall seconds)
 

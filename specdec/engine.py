@@ -557,12 +557,18 @@ class SpeculativeEngine:
         return {name: seconds * spent / total if total > 0 else 0.0 for name, spent in per_member.items()}
 
     def _draft_costs(self, draft: Draft, seconds: float) -> dict[str, tuple[int, int, float]]:
-        """(levels, nodes, seconds) of each drafter's propose this step, for its cost fit."""
+        """(levels, nodes, seconds) of each drafter's propose this step, for its cost fit. A drafter that combines
+        members (auto) says what each took; the step's `seconds`, by the controller's clock, are shared that way
+        (as `_prepare_costs` does): its own timing runs on whatever clock it was handed (the wall clock when it
+        proposes for itself), and one fit fed two clocks (process CPU time for the verify curve, wall time for a
+        member's drafts) prices drafts against verification wrongly on a shared CPU."""
         per_member = getattr(self.drafter, "last_draft_seconds", None)
         if isinstance(per_member, dict):
             spent = dict(per_member)
             per_member.clear()  # per step
-            return spent
+            total = sum(member_seconds for _, _, member_seconds in spent.values())
+            return {name: (levels, nodes, seconds * member_seconds / total if total > 0 else 0.0)
+                    for name, (levels, nodes, member_seconds) in spent.items()}
         counts = draft.sizes()
         return {self.drafter.name: (max(counts, default=0), sum(counts), seconds)}  # levels: a chain's
 

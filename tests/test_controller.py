@@ -1111,6 +1111,24 @@ def test_a_batch_row_starts_a_drafter_only_if_its_prepare_pays_back_soon():
     assert kept(40, 1000) == 4  # a short prompt's prefill does
 
 
+def test_each_members_draft_is_priced_on_the_controllers_clock_in_its_share_of_the_step():
+    # drafter="auto" times its members itself, on the wall clock when it proposes for itself; the step's drafting
+    # is timed by the controller's clock (process CPU time on a 1-thread CPU, the GPU's timeline on CUDA), as the
+    # verify curve is. Each member's fit takes its share of the step's seconds, never the other clock's.
+    from types import SimpleNamespace
+
+    from specdec.engine import SpeculativeEngine
+
+    auto = SimpleNamespace(name="auto", last_draft_seconds={"d": (3, 3, 0.006), "e": (4, 4, 0.002)})
+    engine = SimpleNamespace(drafter=auto)
+    costs = SpeculativeEngine._draft_costs(engine, Draft.empty(1), 0.004)
+    assert costs == {"d": (3, 3, pytest.approx(0.003)), "e": (4, 4, pytest.approx(0.001))}
+    assert auto.last_draft_seconds == {}  # read once per step
+    single = SimpleNamespace(drafter=SimpleNamespace(name="anpd"))  # one drafter: the step's seconds are its own
+    assert SpeculativeEngine._draft_costs(single, Draft.chain(torch.tensor([[5, 6, 7]]), [3]), 0.002) == {
+        "anpd": (3, 3, 0.002)}
+
+
 def test_each_members_prepare_is_learnt_from_its_own_seconds():
     # With drafter="auto" one step may prepare a draft model (a prefill) and a lookup (a table) at once:
     # shared by tokens, the lookup was priced at half a prefill and never started again.
