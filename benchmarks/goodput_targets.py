@@ -139,7 +139,8 @@ def unit_speeds(folder: Path, clock: str) -> dict[str, dict[str, list[float]]]:
             for label, cats in units.items()}
 
 
-def drawn_ratios(units: dict[str, dict[str, list[float]]], picks: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+def drawn_ratios(units: dict[str, dict[str, list[float] | np.ndarray]], picks: dict[str, np.ndarray]
+                 ) -> dict[str, dict[str, float]]:
     """The ratio table over `none` on the units `picks` chose per category (overall: all of them)."""
     means: dict[str, dict[str, float]] = {}
     for label, cats in units.items():
@@ -154,11 +155,12 @@ def bootstrap_overs(units: dict[str, dict[str, list[float]]], readers: list[Call
     """Per target reader, the COVERAGE interval of its measured value over threshold across `draws` paired
     bootstrap draws of the units (the same draw for every cell)."""
     rng = np.random.default_rng(seed)
-    sizes = {category: len(speeds) for category, speeds in units["none"].items()}
+    arrays = {label: {category: np.asarray(speeds) for category, speeds in cats.items()} for label, cats in units.items()}
+    sizes = {category: len(speeds) for category, speeds in arrays["none"].items()}
     overs = np.empty((draws, len(readers)))
     for draw in range(draws):
         picks = {category: rng.integers(0, size, size) for category, size in sizes.items()}
-        ratio = drawn_ratios(units, picks)
+        ratio = drawn_ratios(arrays, picks)  # (arrays made once: `np.asarray` there is then a no-op)
         overs[draw] = [read(ratio)[2] for read in readers]
     tail = 100 * (1 - COVERAGE) / 2
     low, high = np.percentile(overs, [tail, 100 - tail], axis=0)
