@@ -20,7 +20,13 @@ Which kernel wins depends on the processor: on the AMD EPYC this was written on,
 MKL for one input row and faster for more; on a Sapphire Rapids Xeon, MKL is 1.1-2.7x faster for 1-4
 rows and oneDNN 2x faster from 8 (a plain step through oneDNN made `none` 16% slower than transformers'
 `generate`). So each layer shape is timed once when a view is built, on both kernels at a few row
-counts, and a `PackedLinear` runs MKL below the row count from which oneDNN wins (`_crossover`).
+counts, and a `PackedLinear` runs MKL below the row count from which oneDNN wins (`_crossovers`).
+It is timed as a forward runs it: every layer in turn, its weight fetched from memory, not from a cache
+the same call just filled. Timed alone and warm, the default model's 384 x 384 projections (0.6 MB each)
+read 18-28 us on MKL against 26-27 us on oneDNN at 1-2 rows and stayed on MKL at every width, and
+its MLP's down projection on MKL below 4 rows; in a forward, where the model's 69 MB pass through the
+caches, oneDNN is the faster there, and verifying 1-3 draft tokens cost 10.4-10.5 ms instead of
+8.9-9.0 ms against a plain step's 9.3 ms (AMD EPYC, `benchmarks/results/goodput/checks_s71/`).
 
 Numerics: the same fp32 products summed in another order, as MKL's GEMM already does between one
 and several rows (logits differ by ~1e-6 relative); verification stays exact against the target as
@@ -31,6 +37,7 @@ transformers' own forward.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import time
 import weakref
@@ -44,11 +51,19 @@ MEMORY_SHARE = 0.25
 #: earns back by streaming its weight faster; tiny layers that sit in cache never do.
 MIN_WEIGHT_ELEMENTS = 1 << 17
 
-#: Input row counts at which both kernels are timed per layer shape (`_crossover`), the rounds, and the most
+#: Input row counts at which both kernels are timed per layer shape (`_crossovers`), the rounds, and the most
 #: weights timed (a bigger layer is timed on its first outputs).
 TIMED_ROWS = (1, 2, 4, 8, 16, 32)
 TIMING_ROUNDS = 5
 TIMED_ELEMENTS = 1 << 23
+#: A model whose packed weights take at most this many bytes is timed in sweeps over all its layers, as a
+#: forward runs them (`_streamed_crossovers`: ~0.3 s for the default model), in STREAM_ROUNDS rounds. A bigger
+#: one is timed a shape at a time (`_crossover`): its layers are each too big for a cache to hold anyway, and a
+#: sweep over a 1B-parameter model's would take seconds.
+STREAM_BYTES = 1 << 28
+STREAM_ROUNDS = 3
+#: oneDNN wins at a row count when it takes less than this share of MKL's time there.
+WIN_SHARE = 0.97
 
 _VIEWS: weakref.WeakKeyDictionary[torch.nn.Module, _View] = weakref.WeakKeyDictionary()
 
@@ -57,20 +72,30 @@ class PackedLinear(torch.nn.Module):
     """`source`'s forward with its weight in oneDNN's blocked layout (read-only copy; bias shared), used
     from `min_rows` input rows on (MKL, as `source` itself, below)."""
 
-    def __init__(self, source: torch.nn.Linear, min_rows: int | None = None) -> None:
+    def __init__(self, source: torch.nn.Linear, min_rows: int = 1) -> None:
         super().__init__()
         self.source = source
         with torch.no_grad():
             self.packed = torch.ops.mkldnn._reorder_linear_weight(source.weight.detach(), None)
-        self.min_rows = _crossover(source.weight.detach(), source.bias) if min_rows is None else min_rows
+        self.min_rows = min_rows
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if inputs.numel() < self.min_rows * inputs.shape[-1]:  # fewer rows than the crossover: MKL
-            return torch.nn.functional.linear(inputs, self.source.weight, self.source.bias)
+            return self.mkl(inputs)
         return self.onednn(inputs)
+
+    def mkl(self, inputs: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(inputs, self.source.weight, self.source.bias)
 
     def onednn(self, inputs: torch.Tensor) -> torch.Tensor:
         return _onednn_linear(inputs, self.packed, self.source.bias)
+
+
+Shape = tuple[int, int, bool]  # a linear layer's (outputs, inputs, has a bias)
+
+
+def layer_shape(layer: torch.nn.Linear) -> Shape:
+    return (*layer.weight.shape, layer.bias is not None)
 
 
 def _onednn_linear(inputs: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -106,11 +131,58 @@ def _crossover(weight: torch.Tensor, bias: torch.Tensor | None) -> int:
             middle = time.perf_counter()
             _onednn_linear(inputs, packed, bias)
             mkl, onednn = min(mkl, middle - started), min(onednn, time.perf_counter() - middle)
-        wins.append(onednn < 0.97 * mkl)
+        wins.append(onednn < WIN_SHARE * mkl)
+    return _first_win(wins)
+
+
+def _first_win(wins: list[bool]) -> int:
+    """The first of TIMED_ROWS from which oneDNN wins at every larger one (`wins[i]`: it won at TIMED_ROWS[i]);
+    past the last when it does not win at the last."""
     crossover = len(TIMED_ROWS)
     while crossover > 0 and wins[crossover - 1]:
         crossover -= 1
     return TIMED_ROWS[crossover] if crossover < len(TIMED_ROWS) else TIMED_ROWS[-1] + 1
+
+
+def _crossovers(layers: list[PackedLinear]) -> dict[Shape, int]:
+    """Per shape of `layers` (a view's packed layers in the order a forward runs them), the fewest input rows
+    from which oneDNN beats MKL here: timed in sweeps over them all when their weights take at most
+    STREAM_BYTES, else one layer per shape alone (`_crossover`)."""
+    if sum(layer.source.weight.numel() * layer.source.weight.element_size() for layer in layers) <= STREAM_BYTES:
+        return _streamed_crossovers(layers)
+    firsts = {layer_shape(layer.source): layer.source for layer in reversed(layers)}
+    return {shape: _crossover(source.weight.detach(), source.bias) for shape, source in firsts.items()}
+
+
+@torch.no_grad()
+def _streamed_crossovers(layers: list[PackedLinear]) -> dict[Shape, int]:
+    """`_crossovers` timed as a forward runs: per round, row count and kernel, one sweep that calls every layer
+    in turn on that kernel, each call timed; a shape's time in a sweep is the sum over its layers, and its
+    time at a row count on a kernel the least over STREAM_ROUNDS rounds (the kernels' order alternates). Timed
+    one layer at a time, a layer's weight is in the cache from the call before and small layers read faster on
+    MKL than they run in a forward (see the module's docstring)."""
+    inputs = {(layer.source.in_features, rows): torch.randn(rows, layer.source.in_features,
+                                                            dtype=layer.source.weight.dtype)
+              for layer in layers for rows in TIMED_ROWS}
+    best: dict[tuple[Shape, int, str], float] = {}
+    for round_index in range(STREAM_ROUNDS):
+        for rows in TIMED_ROWS:
+            kernels = ("mkl", "onednn") if (round_index + rows) % 2 else ("onednn", "mkl")
+            for kernel in kernels:
+                sweep: dict[Shape, float] = {}
+                for layer in layers:
+                    run = getattr(layer, kernel)
+                    features = inputs[(layer.source.in_features, rows)]
+                    started = time.perf_counter()
+                    run(features)
+                    shape = layer_shape(layer.source)
+                    sweep[shape] = sweep.get(shape, 0.0) + time.perf_counter() - started
+                for shape, seconds in sweep.items():
+                    key = (shape, rows, kernel)
+                    best[key] = min(best.get(key, math.inf), seconds)
+    shapes = {layer_shape(layer.source) for layer in layers}
+    return {shape: _first_win([best[(shape, rows, "onednn")] < WIN_SHARE * best[(shape, rows, "mkl")]
+                               for rows in TIMED_ROWS]) for shape in shapes}
 
 
 class _View:
@@ -119,16 +191,17 @@ class _View:
     def __init__(self, model: torch.nn.Module) -> None:
         self.modules = _module_ids(model)
         self.linears: list[tuple[torch.nn.Linear, torch.Tensor, int]] = []
-        self.crossovers: dict[tuple[int, int, bool], int] = {}  # per layer shape (out, in, bias)
+        self.packed: list[PackedLinear] = []  # in the order a forward runs them
         self.model = self._copy(model)
+        self.crossovers = _crossovers(self.packed)  # per layer shape
+        for layer in self.packed:
+            layer.min_rows = self.crossovers[layer_shape(layer.source)]
 
     def _copy(self, module: torch.nn.Module) -> torch.nn.Module:
         if _packable(module):
             self.linears.append((module, module.weight, module.weight._version))
-            shape = (*module.weight.shape, module.bias is not None)
-            packed = PackedLinear(module, self.crossovers.get(shape))
-            self.crossovers[shape] = packed.min_rows
-            return packed
+            self.packed.append(PackedLinear(module))
+            return self.packed[-1]
         if "forward" in module.__dict__:  # patched on the instance (accelerate's hooks, for one): keep it,
             return module                 # so the patch applies exactly as on the model, now and later
         clone = copy.copy(module)  # same parameters, buffers, config and hooks; its own child list

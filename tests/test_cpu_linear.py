@@ -14,14 +14,15 @@ from specdec.target import TargetRunner
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 
-MEASURED_CROSSOVER = cpu_linear._crossover
+MEASURED_CROSSOVERS = cpu_linear._crossovers
 
 
 @pytest.fixture(autouse=True)
 def onednn_from_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test here checks oneDNN's kernel from the first input row, whatever this machine's crossover
     (on a Xeon these small layers would run MKL at every width the tests use)."""
-    monkeypatch.setattr(cpu_linear, "_crossover", lambda weight, bias: 1)
+    monkeypatch.setattr(cpu_linear, "_crossovers",
+                        lambda layers: {cpu_linear.layer_shape(layer.source): 1 for layer in layers})
 
 
 def wide_llama(seed: int = 0, arch: str = "llama") -> torch.nn.Module:
@@ -161,13 +162,51 @@ def test_packed_layers_run_mkl_below_their_crossover(monkeypatch: pytest.MonkeyP
     assert through_onednn == [4, 9]
 
 
-def test_each_layer_shape_is_timed_once_per_view(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_layer_shape_gets_one_crossover_per_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    monkeypatch.setattr(cpu_linear, "_crossovers", lambda layers: calls.append(list(layers)) or {
+        cpu_linear.layer_shape(layer.source): 8 for layer in layers})
+    model = wide_llama()
+    packed = [m for m in cpu_linear.packed_view(model).modules() if isinstance(m, cpu_linear.PackedLinear)]
+    assert len(calls) == 1 and calls[0] == packed  # once, with every packed layer in the order a forward runs them
+    assert all(m.min_rows == 8 for m in packed)
+
+
+def test_a_small_model_is_timed_in_sweeps_over_all_its_layers_as_a_forward_runs_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model = wide_llama()
+    sources = [m for m in model.modules() if isinstance(m, torch.nn.Linear)
+               and m.weight.numel() >= cpu_linear.MIN_WEIGHT_ELEMENTS]
+    layers = [cpu_linear.PackedLinear(source) for source in sources]
+    calls: list[tuple[int, str, int]] = []
+    for index, layer in enumerate(layers):
+        for kernel in ("mkl", "onednn"):
+            run = getattr(layer, kernel)
+            monkeypatch.setattr(layer, kernel, lambda inputs, run=run, index=index, kernel=kernel:
+                                calls.append((index, kernel, inputs.shape[0])) or run(inputs))
+    monkeypatch.setattr(cpu_linear, "_crossover", lambda weight, bias: pytest.fail("timed one layer alone"))
+    crossovers = MEASURED_CROSSOVERS(layers)
+    assert set(crossovers) == {cpu_linear.layer_shape(source) for source in sources}
+    assert set(crossovers.values()) <= {*cpu_linear.TIMED_ROWS, cpu_linear.TIMED_ROWS[-1] + 1}
+    sweeps = [calls[i:i + len(layers)] for i in range(0, len(calls), len(layers))]
+    assert len(sweeps) == cpu_linear.STREAM_ROUNDS * len(cpu_linear.TIMED_ROWS) * 2
+    for sweep in sweeps:  # each sweep: every layer in order, on one kernel at one row count
+        assert [index for index, _, _ in sweep] == list(range(len(layers)))
+        assert len({(kernel, rows) for _, kernel, rows in sweep}) == 1
+    assert {(kernel, rows) for _, kernel, rows in calls} == {
+        (kernel, rows) for kernel in ("mkl", "onednn") for rows in cpu_linear.TIMED_ROWS}
+
+
+def test_a_big_model_is_timed_one_layer_per_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_linear, "STREAM_BYTES", 0)
     layer = torch.nn.Linear(512, 512)
-    measured = MEASURED_CROSSOVER(layer.weight.detach(), layer.bias)
+    measured = cpu_linear._crossover(layer.weight.detach(), layer.bias)
     assert measured in (*cpu_linear.TIMED_ROWS, cpu_linear.TIMED_ROWS[-1] + 1)
     timed = []
     monkeypatch.setattr(cpu_linear, "_crossover", lambda weight, bias: timed.append(tuple(weight.shape)) or 8)
     model = wide_llama()
-    packed = [m for m in cpu_linear.packed_view(model).modules() if isinstance(m, cpu_linear.PackedLinear)]
-    assert len(timed) == len(set(timed)) == len({tuple(m.source.weight.shape) for m in packed}) < len(packed)
-    assert all(m.min_rows == 8 for m in packed)
+    layers = [cpu_linear.PackedLinear(m) for m in model.modules() if isinstance(m, torch.nn.Linear)
+              and m.weight.numel() >= cpu_linear.MIN_WEIGHT_ELEMENTS]
+    crossovers = MEASURED_CROSSOVERS(layers)
+    assert len(timed) == len(set(timed)) == len(crossovers) < len(layers)
+    assert set(crossovers.values()) == {8}
