@@ -25,8 +25,8 @@ It is timed as a forward runs it: every layer in turn, its weight fetched from m
 the same call just filled. Timed alone and warm, the default model's 384 x 384 projections (0.6 MB each)
 read 18-28 us on MKL against 26-27 us on oneDNN at 1-2 rows and stayed on MKL at every width, and
 its MLP's down projection on MKL below 4 rows; in a forward, where the model's 69 MB pass through the
-caches, oneDNN is the faster there, and verifying 1-3 draft tokens cost 10.4-10.5 ms instead of
-8.9-9.0 ms against a plain step's 9.3 ms (AMD EPYC, `benchmarks/results/goodput/checks_s71/`).
+caches, oneDNN is the faster there: verifying 1-2 draft tokens cost 0.5-2.3 ms over a ~10 ms plain step,
+now about nothing (AMD EPYC, `benchmarks/results/goodput/checks_s71/`).
 
 Numerics: the same fp32 products summed in another order, as MKL's GEMM already does between one
 and several rows (logits differ by ~1e-6 relative); verification stays exact against the target as
@@ -57,7 +57,7 @@ TIMED_ROWS = (1, 2, 4, 8, 16, 32)
 TIMING_ROUNDS = 5
 TIMED_ELEMENTS = 1 << 23
 #: A model whose packed weights take at most this many bytes is timed in sweeps over all its layers, as a
-#: forward runs them (`_streamed_crossovers`: ~0.3 s for the default model), in STREAM_ROUNDS rounds. A bigger
+#: forward runs them (`_streamed_crossovers`: ~0.45 s for the default model), in STREAM_ROUNDS rounds. A bigger
 #: one is timed a shape at a time (`_crossover`): its layers are each too big for a cache to hold anyway, and a
 #: sweep over a 1B-parameter model's would take seconds.
 STREAM_BYTES = 1 << 28
