@@ -164,25 +164,24 @@ def _streamed_crossovers(layers: list[PackedLinear]) -> dict[Shape, int]:
     inputs = {(layer.source.in_features, rows): torch.randn(rows, layer.source.in_features,
                                                             dtype=layer.source.weight.dtype)
               for layer in layers for rows in TIMED_ROWS}
+    shapes = [layer_shape(layer.source) for layer in layers]
     best: dict[tuple[Shape, int, str], float] = {}
     for round_index in range(STREAM_ROUNDS):
         for rows in TIMED_ROWS:
             kernels = ("mkl", "onednn") if (round_index + rows) % 2 else ("onednn", "mkl")
             for kernel in kernels:
                 sweep: dict[Shape, float] = {}
-                for layer in layers:
+                for layer, shape in zip(layers, shapes):
                     run = getattr(layer, kernel)
                     features = inputs[(layer.source.in_features, rows)]
                     started = time.perf_counter()
                     run(features)
-                    shape = layer_shape(layer.source)
                     sweep[shape] = sweep.get(shape, 0.0) + time.perf_counter() - started
                 for shape, seconds in sweep.items():
                     key = (shape, rows, kernel)
                     best[key] = min(best.get(key, math.inf), seconds)
-    shapes = {layer_shape(layer.source) for layer in layers}
     return {shape: _first_win([best[(shape, rows, "onednn")] < WIN_SHARE * best[(shape, rows, "mkl")]
-                               for rows in TIMED_ROWS]) for shape in shapes}
+                               for rows in TIMED_ROWS]) for shape in set(shapes)}
 
 
 class _View:
