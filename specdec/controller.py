@@ -910,8 +910,13 @@ class GoodputController:
             row.member = pick
             for name, option in options.items():
                 # A costly drafter's probe is weighed against the row's best other option; a free drafter's
-                # (its first node verified) costs next to nothing whatever the row does instead.
-                instead = 0.0 if name in cheap_names else max(
+                # (its first node verified) costs next to nothing whatever the row does instead. Not one whose
+                # probe needs prompt slots (PPD's): its two steps take the row's place from the drafter it would
+                # use instead. Priced against a plain step, auto probed PPD every 4, 8, 16... steps of every
+                # request (12 of 74 steps of a summarization) where anpd commits 2-3 tokens a step; priced against
+                # those, auto went 1.04-1.08x faster on mt_bench, translation, qa and math (interleaved A/B,
+                # benchmarks/results/goodput/checks_s72/).
+                instead = 0.0 if name in cheap_names and not option[0].base else max(
                     (o[2] for other, o in options.items() if other != name), default=0.0)
                 # (the catch-up grown while the row waited priced at one interval's, `_probe_wait`: for a row
                 # alone wherever the drafter drafted here before, in a live batch only where it was right here)
@@ -934,8 +939,12 @@ class GoodputController:
                 # model's one-token probe behind a short prompt (~0.2 of a plain step) comes at the first interval
                 # (the first qa request after summarization's documents waited 12 plain steps for a probe after
                 # which it drafted every step). A free drafter's (one node verified) costs next to nothing:
-                # delayed too, anpd lost 10% on Spec-Bench.
-                if (pick is None and not row.estimates[name].trials and not option[0].base
+                # delayed too, anpd lost 10% on Spec-Bench. The same holds for a costly drafter in a row where
+                # another drafts (drafter="auto"), its loss priced against that one's rate: layer_skip, whose
+                # pooled estimates came from a few one-token probes, waited 72 steps of the first summarization
+                # request, where it commits ~7 tokens a step and anpd and draft_model ~1.6.
+                beside = pick is not None and name != pick and name not in cheap_names
+                if ((pick is None or beside) and not row.estimates[name].trials and not option[0].base
                         and lost <= FIRST_PROBE_SHARE * depth):
                     wait = 0.0 if name in cheap_names else float(
                         min(FIRST_PROBE_STEPS, math.ceil(lost / FIRST_PROBE_SHORT_SHARE) - 1))

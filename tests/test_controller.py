@@ -1776,3 +1776,61 @@ def test_auto_members_share_a_rows_probe_budget_by_how_often_each_may_probe():
     ctl._probe_weight = lambda name: 1 / 3  # type: ignore[method-assign]
     assert ctl._probe_wait((items, 2, 0.0, 2)) == pytest.approx(shared * (1 / (1 + 1 / 8)) * 3)
     assert controller(model)._probe_weight("d") == 1.0  # one drafter: the whole budget
+
+
+def _first_probe_of(ctl: GoodputController, name: str, depth: int, steps: int, right: str) -> int | None:
+    """Steps a lone row takes before it probes `name`, where drafts of `right` are always accepted."""
+    for index in range(steps):
+        plan = ctl.plan([0], [depth], 64)
+        if plan.choice[0] == name and plan.probe[0]:
+            return index
+        draft, cut = ctl.cut(chain([list(range(1, 9))[: plan.budget[0]]]), plan, 0.0)
+        kept = int(draft.num_nodes[0])
+        ctl.observe(plan, cut, verdict([kept if plan.choice[0] == right else 0], draft.width), {})
+    return None
+
+
+def test_auto_probes_a_costly_drafter_early_beside_another_when_the_probe_risks_little():
+    """drafter="auto": a costly member never verified in the row probes within FIRST_PROBE_STEPS although another
+    member drafts there, when its probe is expected to lose little of the request's remaining time. Held to the
+    usual wait (priced against the other member's rate), layer_skip waited 72 steps of the first summarization
+    request, where it commits ~7 tokens a step and anpd ~1.6. A short request keeps the usual wait."""
+    model = synthetic()
+    for name in ("a", "b"):
+        _measured(model, name, 0.002, 0.001)
+    members = [Member("a", False), Member("b", False)]
+    options = {"probe_after": 4, "max_probe_interval": 1024, "max_probe_discount": 1.0}
+    long_request = _first_probe_of(controller(model, members=members, **options), "b", 4000, 200, right="a")
+    assert long_request is not None and long_request <= FIRST_PROBE_STEPS + 1
+    short_request = _first_probe_of(controller(model, members=members, **options), "b", 60, 200, right="a")
+    assert short_request is None or short_request > FIRST_PROBE_STEPS + 1
+
+
+def test_auto_prices_a_probe_with_prompt_slots_against_the_rows_other_drafter():
+    """drafter="auto": a free member whose probe needs prompt slots (PPD's) takes the row's step from the member it
+    would draft with instead, so it is priced against that member's rate: beside a member whose chains are all
+    accepted it probes more rarely than beside one whose chains all fail."""
+    def slot_probes(good_is_right: bool) -> int:
+        model = synthetic()
+        _measured(model, "good", 0.002, 0.001)
+        _measured(model, "slots", 0.00001, 0.0)
+        model.live.extras["slots"] = (1.0, 1.0)
+        ctl = controller(model, members=[Member("good", False), Member("slots", False)], probe_after=2,
+                         max_probe_interval=16, max_probe_discount=1.0)
+        probes = 0
+        for _ in range(1000):
+            plan = ctl.plan([0], [2000], 64)
+            name = plan.choice[0]
+            if name == "slots":
+                probes += plan.probe[0]
+                proposal = slot_draft() if plan.budget[0] else Draft.empty(1)
+            else:
+                proposal = chain([list(range(1, 9))[: plan.budget[0]]])
+            draft, cut = ctl.cut(proposal, plan, 0.0)
+            kept = int(draft.num_nodes[0])
+            right = name == "good" and good_is_right
+            ctl.observe(plan, cut, verdict([kept if right else 0], draft.width), {})
+        return probes
+
+    beside_failing = slot_probes(good_is_right=False)
+    assert beside_failing >= 6 and slot_probes(good_is_right=True) <= 0.5 * beside_failing
