@@ -939,11 +939,15 @@ class GoodputController:
                 # model's one-token probe behind a short prompt (~0.2 of a plain step) comes at the first interval
                 # (the first qa request after summarization's documents waited 12 plain steps for a probe after
                 # which it drafted every step). A free drafter's (one node verified) costs next to nothing:
-                # delayed too, anpd lost 10% on Spec-Bench. The same holds for a costly drafter in a row where
-                # another drafts (drafter="auto"), its loss priced against that one's rate: layer_skip, whose
-                # pooled estimates came from a few one-token probes, waited 72 steps of the first summarization
-                # request, where it commits ~7 tokens a step and anpd and draft_model ~1.6.
-                beside = pick is not None and name != pick and name not in cheap_names
+                # delayed too, anpd lost 10% on Spec-Bench. The same holds for a costly drafter with nothing to
+                # catch up on (layer_skip) in a row where another drafts (drafter="auto"), its loss priced against
+                # that one's rate: layer_skip, whose pooled estimates came from a few one-token probes, waited 72
+                # steps of the first summarization request, where it commits ~7 tokens a step and anpd and
+                # draft_model ~1.6. (Not a draft model, whose first probe prefills its cache with the whole
+                # prompt: probed so behind RAG's documents, it drafted 3-12 steps of requests layer_skip does
+                # better, and auto read 0.91 of layer_skip there.)
+                beside = (pick is not None and name != pick and name not in cheap_names
+                          and not self.members[name].catches_up)
                 if ((pick is None or beside) and not row.estimates[name].trials and not option[0].base
                         and lost <= FIRST_PROBE_SHARE * depth):
                     wait = 0.0 if name in cheap_names else float(

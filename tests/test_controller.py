@@ -1794,16 +1794,23 @@ def test_auto_probes_a_costly_drafter_early_beside_another_when_the_probe_risks_
     """drafter="auto": a costly member never verified in the row probes within FIRST_PROBE_STEPS although another
     member drafts there, when its probe is expected to lose little of the request's remaining time. Held to the
     usual wait (priced against the other member's rate), layer_skip waited 72 steps of the first summarization
-    request, where it commits ~7 tokens a step and anpd ~1.6. A short request keeps the usual wait."""
+    request, where it commits ~7 tokens a step and anpd ~1.6. A short request keeps the usual wait, and so does a
+    member that catches up first (a draft model, whose first probe prefills its cache with the whole prompt)."""
     model = synthetic()
     for name in ("a", "b"):
         _measured(model, name, 0.002, 0.001)
-    members = [Member("a", False), Member("b", False)]
     options = {"probe_after": 4, "max_probe_interval": 1024, "max_probe_discount": 1.0}
-    long_request = _first_probe_of(controller(model, members=members, **options), "b", 4000, 200, right="a")
+
+    def first_probe(depth: int, catches_up: bool) -> int | None:
+        members = [Member("a", False), Member("b", False, catches_up=catches_up)]
+        return _first_probe_of(controller(model, members=members, **options), "b", depth, 200, right="a")
+
+    long_request = first_probe(4000, catches_up=False)
     assert long_request is not None and long_request <= FIRST_PROBE_STEPS + 1
-    short_request = _first_probe_of(controller(model, members=members, **options), "b", 60, 200, right="a")
+    short_request = first_probe(60, catches_up=False)
     assert short_request is None or short_request > FIRST_PROBE_STEPS + 1
+    catching_up = first_probe(4000, catches_up=True)
+    assert catching_up is None or catching_up > FIRST_PROBE_STEPS + 1
 
 
 def test_auto_prices_a_probe_with_prompt_slots_against_the_rows_other_drafter():
