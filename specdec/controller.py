@@ -946,10 +946,8 @@ class GoodputController:
                 # draft_model ~1.6. (Not a draft model, whose first probe prefills its cache with the whole
                 # prompt: probed so behind RAG's documents, it drafted 3-12 steps of requests layer_skip does
                 # better, and auto read 0.91 of layer_skip there.)
-                beside = (pick is not None and name != pick and name not in cheap_names
-                          and not self.members[name].catches_up)
-                if ((pick is None or beside) and not row.estimates[name].trials and not option[0].base
-                        and lost <= FIRST_PROBE_SHARE * depth):
+                early = pick is None or (name != pick and name not in cheap_names and not self.members[name].catches_up)
+                if early and not row.estimates[name].trials and not option[0].base and lost <= FIRST_PROBE_SHARE * depth:
                     wait = 0.0 if name in cheap_names else float(
                         min(FIRST_PROBE_STEPS, math.ceil(lost / FIRST_PROBE_SHORT_SHARE) - 1))
                 row.due[name] = max(row.interval[name], wait)
