@@ -248,7 +248,8 @@ class Plan:
     _budget: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     def budget_tensor(self) -> torch.Tensor:
-        """`budget` as `DecodeState.draft_budget` (made once per plan: a quiet plan serves many steps)."""
+        """`budget` as `DecodeState.draft_budget`, made once per plan (a quiet plan serves many steps). Only as
+        planned: `GoodputController.propose` may change `budget` afterwards and sets the state's afresh."""
         if self._budget is None:
             self._budget = torch.tensor(self.budget, dtype=torch.long)
         return self._budget
@@ -337,6 +338,7 @@ class _QuietRun:
     left: int  # steps it may still last (the least `quiet` of its rows)
     plan: Plan  # what each of its steps takes
     cut: Cut
+    taken: int = 0  # steps planned as one more of the run, not yet counted down in its rows (`_settle`)
     observed: int = 0  # plain steps observed, not yet applied to the rows (`_settle`)
 
 
@@ -1154,16 +1156,18 @@ class GoodputController:
         if cheap and any(self._free_lookers(row, cheap) for row in run.rows):
             return False
         run.left -= 1
-        reasons = self.counts["plain_reasons"]
-        for row in run.rows:
-            row.quiet -= 1
-            reasons[row.quiet_reason] += 1
+        run.taken += 1  # (its rows' `quiet` and reasons are counted down in bulk: `_settle`)
         return True
 
     def _settle(self) -> None:
         """End the quiet run, if any: the plain steps it observed go to its rows."""
         run, self._run = self._run, None
-        if run is None or not run.observed:
+        if run is None:
+            return
+        for row in run.rows:
+            row.quiet -= run.taken
+            self._reason(row.quiet_reason, run.taken)
+        if not run.observed:
             return
         for row in run.rows:
             row.pace = 1.0 + (row.pace - 1.0) * 0.8 ** run.observed  # `_observe_plain`, that many times
@@ -1192,9 +1196,9 @@ class GoodputController:
         less = table.verify(batch - 1, batch - 1, self.packed, context) + overhead if batch > 1 else 0.0
         return max(0.0, full - less), full
 
-    def _reason(self, why: str) -> None:
+    def _reason(self, why: str, steps: int = 1) -> None:
         reasons = self.counts["plain_reasons"]
-        reasons[why] = reasons.get(why, 0) + 1
+        reasons[why] = reasons.get(why, 0) + steps
 
     # -- after drafting --------------------------------------------------------------------------
     def cut(self, draft: Draft, plan: Plan, draft_seconds: float | None,
@@ -1402,7 +1406,7 @@ class GoodputController:
                 if name is not None:
                     rows[b] = late[name]
         state.draft_choice = list(plan.choice)
-        state.set_draft_budget(plan.budget)
+        state.set_draft_budget(plan.budget)  # (a free draft's win above changed the plan's budgets)
         return drafter.merge(rows, batch)
 
     def _frozen_rows(self, batch: int) -> bool:
@@ -1419,10 +1423,17 @@ class GoodputController:
         return self.rows[self._current_ids[b]]
 
     # -- learning ----------------------------------------------------------------------------------
-    def observe(self, plan: Plan, cut: Cut, verdict: Verdict, timings: dict[str, Any],
+    def keeps_timings(self, plan: Plan) -> bool:
+        """Whether `observe` reads this step's timings: live calls learn from them, but from one quiet step in
+        QUIET_SAMPLE only (`_record`), so the engine reads no clock on the others (on a CPU each read is a
+        system call: ~4 us of a 2 ms plain step)."""
+        return self.options.trace or self.live and (not plan.quiet or (self._quiet_steps + 1) % QUIET_SAMPLE == 0)
+
+    def observe(self, plan: Plan, cut: Cut, verdict: Verdict, timings: dict[str, Any] | None,
                 accepted: list[int] | None = None, paths: list[list[int]] | None = None,
                 targets: list[list[int]] | None = None, proposed: list[list[int]] | None = None) -> None:
-        """Update every row's estimates from the verdict, and (live) the cost model from the timings.
+        """Update every row's estimates from the verdict, and (live) the cost model from the timings (None
+        where `keeps_timings` said they are not read).
         `accepted` and `paths` (trees; None: chains' prefixes): the engine's host copy of the verdict.
         `targets` (each row's accepted tokens, then its bonus) and `proposed` (the uncut draft's tokens per
         row): for hindsight, where the cut dropped nodes (`Cut.spare`)."""
@@ -1599,13 +1610,14 @@ class GoodputController:
             self.pooled[name].observe(up, accepted, explored, readings, known, by_score)
             self._pooled_learnt.add(name)
 
-    def _record(self, plan: Plan, cut: Cut, timings: dict[str, Any]) -> None:
+    def _record(self, plan: Plan, cut: Cut, timings: dict[str, Any] | None) -> None:
         """Keep this step's timings for the cost model; it learns every LEARN_EVERY steps, and at once from a
         drafter's first draft (until then the drafter counts as free: see `_cheap_drafters`)."""
         if plan.quiet:
             self._quiet_steps += 1
             if self._quiet_steps % QUIET_SAMPLE:
                 return
+        assert timings is not None, "a step whose timings are kept was not timed (see keeps_timings)"
         unlearnt = self._unlearnt
         first = False
         context = mean_context(plan.contexts)

@@ -915,11 +915,24 @@ def test_quiet_rows_are_planned_plainly_and_learnt_from_one_step_in_a_few():
     model = synthetic(draft=(0.02, 0.0, 0.002))  # a costly drafter: 20 ms a draft against a 10 ms step
     ctl = controller(model, probe_after=1024, max_probe_interval=1024)
     steps = 4 * LEARN_EVERY * QUIET_SAMPLE
-    plans = [step(ctl, [0], [[1] * 4], [0], {"verify": 0.010, "other": 0.0005})[0] for _ in range(steps)]
+    plans, timed = [], 0
+    for _ in range(steps):
+        plan = ctl.plan([0], [100], 64)
+        # The engine reads its clock only for the steps whose timings are kept (None otherwise: observe would
+        # fail on a kept step that was not timed).
+        kept = ctl.keeps_timings(plan)
+        draft, cut = ctl.cut(Draft.empty(1), plan, 0.0)
+        ctl.observe(plan, cut, verdict([0], 0), {"verify": 0.010, "other": 0.0005} if kept else None)
+        plans.append(plan)
+        timed += kept
     assert all(plan.choice == [None] for plan in plans)
     assert sum(plan.quiet for plan in plans) >= steps - steps // 16
     learnt = model.live.overhead_samples[("d", False)] + len(ctl._unlearnt) // 2
     assert steps / QUIET_SAMPLE <= learnt <= steps / QUIET_SAMPLE + steps // 16
+    assert timed == learnt
+    # A frozen call learns no timings: none of its steps is timed.
+    frozen = controller(synthetic(draft=(0.02, 0.0, 0.002)), live=False)
+    assert not frozen.keeps_timings(frozen.plan([0], [100], 64))
 
 
 def test_a_quiet_run_is_observed_as_its_steps_one_by_one():
