@@ -1427,7 +1427,11 @@ class GoodputController:
         """Whether `observe` reads this step's timings: live calls learn from them, but from one quiet step in
         QUIET_SAMPLE only (`_record`), so the engine reads no clock on the others (on a CPU each read is a
         system call: ~4 us of a 2 ms plain step)."""
-        return self.options.trace or self.live and (not plan.quiet or (self._quiet_steps + 1) % QUIET_SAMPLE == 0)
+        return self.options.trace or self.live and (not plan.quiet or self._samples_next_quiet_step())
+
+    def _samples_next_quiet_step(self) -> bool:
+        """Whether the cost model learns from the next quiet step's timings (one in QUIET_SAMPLE)."""
+        return (self._quiet_steps + 1) % QUIET_SAMPLE == 0
 
     def observe(self, plan: Plan, cut: Cut, verdict: Verdict, timings: dict[str, Any] | None,
                 accepted: list[int] | None = None, paths: list[list[int]] | None = None,
@@ -1614,8 +1618,9 @@ class GoodputController:
         """Keep this step's timings for the cost model; it learns every LEARN_EVERY steps, and at once from a
         drafter's first draft (until then the drafter counts as free: see `_cheap_drafters`)."""
         if plan.quiet:
+            sampled = self._samples_next_quiet_step()
             self._quiet_steps += 1
-            if self._quiet_steps % QUIET_SAMPLE:
+            if not sampled:
                 return
         assert timings is not None, "a step whose timings are kept was not timed (see keeps_timings)"
         unlearnt = self._unlearnt
