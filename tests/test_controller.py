@@ -237,7 +237,7 @@ def test_a_static_batch_is_priced_in_seconds_on_steps_where_a_probe_is_due():
     for _ in range(60):
         plan = ctl.plan([0, 1], [100, 100], 64, waiting=False)
         probes += sum(plan.probe)
-        if not plan.quiet:
+        if any(name is not None for name in plan.choice):  # (a plan where no row drafts weighs nothing)
             priced += 1
             assert plan.base is not None and all(w < 0.5 for w in plan.weights)  # seconds, not one token each
         draft, cut = ctl.cut(chain([list(range(1, 1 + b)) for b in plan.budget]), plan, 0.0)
@@ -1018,6 +1018,38 @@ def test_a_live_batch_rests_from_a_free_drafter_whose_looking_steps_do_not_pay()
     steps = [not any(batch_step(later, [64, 64], [0, 0], waiting=False, seconds=0.014).budget) for _ in range(40)]
     first_rest = steps[steps.index(True):].index(False)
     assert first_rest > 2 * FIRST_REST
+
+
+def test_a_batch_resting_from_its_free_drafter_is_one_quiet_run(monkeypatch):
+    """The batch's rest from its free drafter is planned once and observed in bulk, as quiet rows are (each
+    resting step planned and observed alone cost ~0.4 ms of host work on this CPU): a run of one plain plan that
+    lasts the rest, or until a row has a token left but none to draft, and decides as step-by-step resting did
+    (with the cost model held still: the run's steps teach it one in QUIET_SAMPLE)."""
+
+    def run(bulk: bool) -> tuple[list[tuple], list[Plan], dict, list[tuple]]:
+        monkeypatch.setattr(GoodputController, "_learn", lambda self: self._unlearnt.clear())
+        if not bulk:  # every resting step planned through the pricing loop, as before the quiet run
+            monkeypatch.setattr(GoodputController, "_resting_run", lambda *args: None)
+        ctl = controller(synthetic(batch=2), probe_after=1024, max_probe_interval=1024)
+        left, plans = [64, 70], []  # row 1 is the batch's last and never advances faster; it nears its end
+        for _ in range(80):
+            plans.append(batch_step(ctl, left, [4, 0], waiting=False, seconds=0.014))
+            left = [max(20, left[0] - 5), max(1, left[1] - 1)]
+        monkeypatch.undo()
+        decided = [(tuple(plan.choice), tuple(plan.budget)) for plan in plans]
+        stats = ctl.stats()  # (a run's steps reach its rows when it ends)
+        rows = [(dict(row.rest), dict(row.since), dict(row.lag), round(row.pace, 9)) for row in ctl.rows.values()]
+        return decided, plans, stats, rows
+
+    decided, plans, stats, rows = run(bulk=True)
+    step_by_step = run(bulk=False)
+    assert decided == step_by_step[0] and stats == step_by_step[2] and rows == step_by_step[3]
+    resting = stats["plain_reasons"].get(BATCH_REST_REASON, 0)
+    assert resting >= 2 * 2 * FIRST_REST  # rests were taken, by both rows
+    runs = [plan for index, plan in enumerate(plans) if index and plan.quiet and plan is plans[index - 1]]
+    assert runs, "no resting step took the run's plan"
+    assert 2 * sum(plan.quiet for plan in plans) == resting  # every resting step was one of a run
+    assert all(not step_by_step[1][index].quiet for index in range(len(plans)))
 
 
 def test_a_live_batch_keeps_looking_while_its_looks_bring_its_end_nearer():
