@@ -1165,7 +1165,7 @@ class GoodputController:
         """The plan when the whole batch rests from its free drafter (`_judge_looks`): every row's only drafters
         free lookers, none engaged, pending or out of tokens. Its steps are then one quiet run, as long as what is
         left of the rest (and while every row has tokens to draft). Each resting step planned, cut and observed
-        alone cost ~0.4 ms of host work on this CPU (the static batch's weights, the cost model's learning, the
+        alone cost ~0.35 ms of host work on this CPU (the static batch's weights, the cost model's learning, the
         looks' judge), ~2% of a 17 ms step of a static batch of 8, which rested from anpd on 80% of its steps.
         None otherwise."""
         found = [self.rows.get(row_id) for row_id in row_ids]

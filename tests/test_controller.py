@@ -1022,7 +1022,7 @@ def test_a_live_batch_rests_from_a_free_drafter_whose_looking_steps_do_not_pay()
 
 def test_a_batch_resting_from_its_free_drafter_is_one_quiet_run(monkeypatch):
     """The batch's rest from its free drafter is planned once and observed in bulk, as quiet rows are (each
-    resting step planned and observed alone cost ~0.4 ms of host work on this CPU): a run of one plain plan that
+    resting step planned and observed alone cost ~0.35 ms of host work on this CPU): a run of one plain plan that
     lasts the rest, or until a row has a token left but none to draft, and decides as step-by-step resting did
     (with the cost model held still: the run's steps teach it one in QUIET_SAMPLE)."""
 
