@@ -13,9 +13,13 @@ on the run's noise. Each target is also read per repeat, paired: the cell's repe
 `met` or `missed` only where every repeat's reading lies on that side of the threshold: a sign test, weak at a few
 repeats (a cell exactly at its threshold reads all on one given side with chance 1/8 at 3 repeats, 1/32 at 5).
 
-    .venv/bin/python benchmarks/batching_targets.py benchmarks/results/goodput/batching
+Runs of the same command can be pooled (`pooled`): every repeat's paired reading of every run, over the target's
+threshold, their mean and a 90% bootstrap interval of that mean. "Told apart" there says `met` or `missed` where
+the interval lies on one side of 1.0 (one noisy repeat no longer decides it, as it does in a single run's sign test).
 
-Writes targets.md into that folder and prints it.
+    .venv/bin/python benchmarks/batching_targets.py benchmarks/results/goodput/batching [OTHER_RUN ...]
+
+Writes targets.md into the first folder and prints it; with other runs also targets_pooled.md there.
 """
 
 from __future__ import annotations
@@ -24,11 +28,15 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 from specdec.benchmarks.batching import AA_LABEL, ORACLE_PREFIX, reference_rows
 
 #: An oracle that is always right: where it beats plain decoding, drafting can pay at that batch size.
 ALWAYS_RIGHT = f"{ORACLE_PREFIX}1"
 FLOOR = 0.97
+#: The pooled view's bootstrap: draws and the interval's coverage (as `goodput_targets`).
+DRAWS = 2000
+COVERAGE = 0.90
 
 
 def _speed(row: dict) -> float:
@@ -84,7 +92,55 @@ def checks(rows: list[dict]) -> list[tuple[str, bool, float, float, list[float]]
     return found
 
 
-def main(folder: Path) -> str:
+def pooled(runs: list[list[dict]]) -> list[tuple[str, list[float]]]:
+    """Per target, in the order the runs first ask it: every run's paired readings over its threshold, pooled. A
+    target is named without the oracle's ratio, which differs from run to run."""
+    found: dict[str, list[float]] = {}
+    for rows in runs:
+        for what, _, _, _, repeats in checks(rows):
+            found.setdefault(what.split(f" ({ALWAYS_RIGHT} ")[0], []).extend(repeats)
+    return list(found.items())
+
+
+def mean_interval(readings: list[float], draws: int = DRAWS, seed: int = 0) -> tuple[float, float, float]:
+    """The readings' mean and the COVERAGE bootstrap interval of that mean."""
+    values = np.asarray(readings, dtype=float)
+    means = np.random.default_rng(seed).choice(values, size=(draws, len(values))).mean(axis=1)
+    tail = 100 * (1 - COVERAGE) / 2
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(values.mean()), float(low), float(high)
+
+
+def pooled_table(folders: list[Path]) -> str:
+    """The targets read on the runs' repeats pooled (`pooled`, `mean_interval`)."""
+    runs = [json.loads((folder / "result.json").read_text())["rows"] for folder in folders]
+    names = ", ".join(f"`{folder.name}`" for folder in folders)
+    lines = [f"# Issue 21 batching targets, pooled ({names})", "",
+             "Each target read on every repeat of every run, paired with its reference's same repeat (tokens per "
+             "CPU-second over the reference's), over the target's threshold: their mean, and a "
+             f"{COVERAGE:.0%} bootstrap interval of the mean. Told apart: the interval on one side of 1.0.", "",
+             f"| target | repeats | mean over the threshold | {COVERAGE:.0%} interval | met | told apart |",
+             "|---|---|---|---|---|---|"]
+    same = [x for rows in runs for r in rows if r["mode"] == "autoregressive" and r["drafter"] == AA_LABEL
+            for x in paired(r, reference_rows(rows)[r["batch"]])]
+    if same:  # the reference against itself: how far the pooled readings may lean one way
+        mean, low, high = mean_interval(same)
+        lines[-2:-2] = [f"A/A: `{AA_LABEL}` over `none`, every repeat at every batch size ({len(same)}): mean "
+                        f"{mean:.3f}, {COVERAGE:.0%} interval {low:.3f}-{high:.3f}. A mean away from 1.0 says the "
+                        "reference ran slow (above 1.0) or fast in these runs, and every reading leans the same way.",
+                        ""]
+    for what, readings in pooled(runs):
+        if not readings:
+            lines.append(f"| {what} | 0 | - | - | - | - |")
+            continue
+        mean, low, high = mean_interval(readings)
+        told = "met" if low >= 1.0 else "missed" if high < 1.0 else "no"
+        lines.append(f"| {what} | {len(readings)} | {mean:.3f} | {low:.3f}-{high:.3f} | "
+                     f"{'yes' if mean >= 1.0 else '**no**'} | {told} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(folder: Path, pool: list[Path] | None = None) -> str:
     result = json.loads((folder / "result.json").read_text())
     rows = result["rows"]
     ar = reference_rows(rows)
@@ -113,8 +169,13 @@ def main(folder: Path) -> str:
         lines.append(line + f" {spread} | {told_apart(repeats)} |")
     text = "\n".join(lines) + "\n"
     (folder / "targets.md").write_text(text)
+    if pool:
+        pooled_text = pooled_table([folder, *pool])
+        (folder / "targets_pooled.md").write_text(pooled_text)
+        text += "\n" + pooled_text
     return text
 
 
 if __name__ == "__main__":
-    print(main(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/goodput/batching")))
+    folders = [Path(arg) for arg in sys.argv[1:]] or [Path("benchmarks/results/goodput/batching")]
+    print(main(folders[0], folders[1:]))

@@ -653,6 +653,47 @@ def test_batching_targets_read_each_repeat_paired_with_its_references_and_tell_a
     assert told_apart([]) == "-"  # a run without per-repeat times
 
 
+def test_batching_targets_pool_the_paired_repeats_of_several_runs(tmp_path):
+    """batching_targets with other runs: a target's paired readings from every run that has its cell, pooled
+    under one name (the oracle's ratio, part of a single run's target text, differs between runs), their mean and a
+    bootstrap interval of it; the A/A cell's readings pooled too. Two runs whose sign tests each say 'no' (one
+    repeat straddles the threshold) tell a cell apart once pooled."""
+    import json
+
+    from specdec.benchmarks.batching import AA_LABEL
+    from specdec.benchmarks.batching_targets import main, mean_interval, pooled
+
+    def run(name: str, anpd: tuple[float, ...], oracle: float, batches: tuple[int, ...] = (1,)) -> Path:
+        rows = []
+        for batch in batches:
+            rows += [_batch_row(batch, "autoregressive", "none", 100.0, (100.0,) * len(anpd)),
+                     _batch_row(batch, "autoregressive", AA_LABEL, 100.0, (99.0, 101.0) * (len(anpd) // 2)),
+                     _batch_row(batch, "unpadded", "anpd", sorted(anpd)[len(anpd) // 2], anpd),
+                     _batch_row(batch, "unpadded", "oracle@1", oracle, (oracle,) * len(anpd))]
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "result.json").write_text(json.dumps({"command": "test", "repeats": len(anpd), "rows": rows}))
+        return folder
+
+    first = run("first", (110.0, 112.0, 96.0, 111.0), 150.0)
+    second = run("second", (109.0, 95.0, 112.0, 110.0), 140.0, batches=(1, 2))
+    runs = [json.loads((folder / "result.json").read_text())["rows"] for folder in (first, second)]
+    found = dict(pooled(runs))
+    assert len(found["anpd (unpadded) B=1 > 1.0x static batched plain decoding"]) == 8  # one name, both runs
+    assert len(found["anpd (unpadded) B=2 > 1.0x static batched plain decoding"]) == 4  # the second run's alone
+    mean, low, high = mean_interval(found["anpd (unpadded) B=1 > 1.0x static batched plain decoding"])
+    assert mean == pytest.approx((110 + 112 + 96 + 111 + 109 + 95 + 112 + 110) / 800) and 1.0 < low < mean < high
+    assert mean_interval([0.9, 0.9, 0.9]) == pytest.approx((0.9, 0.9, 0.9))
+    text = main(first, [second])
+    single = (first / "targets.md").read_text()
+    assert "| anpd (unpadded) B=1 > 1.0x static batched plain decoding (oracle@1 1.50x there) | yes | 1.110x | | " \
+           "0.960-1.120 | no |" in single  # each run alone: one repeat below 1.0
+    table = (first / "targets_pooled.md").read_text()
+    assert table in text and "A/A: `none-again` over `none`, every repeat at every batch size (12): mean 1.000" in table
+    assert f"| anpd (unpadded) B=1 > 1.0x static batched plain decoding | 8 | {mean:.3f} | {low:.3f}-{high:.3f} | " \
+           "yes | met |" in table
+
+
 def test_batching_targets_read_each_cell_over_its_own_protocols_plain_decoding_and_the_a_a_spread_both_ways():
     """batching_targets: static cells over static batched plain decoding, continuous ones over continuous plain
     decoding; '> 1.0x' is asked only where the always-right oracle beats plain decoding; the A/A reading 1.04x
