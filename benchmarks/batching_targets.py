@@ -30,13 +30,11 @@ from pathlib import Path
 
 import numpy as np
 from specdec.benchmarks.batching import AA_LABEL, ORACLE_PREFIX, reference_rows
+from specdec.benchmarks.goodput_targets import COVERAGE, DRAWS  # (the sweep's bootstrap, the same here)
 
 #: An oracle that is always right: where it beats plain decoding, drafting can pay at that batch size.
 ALWAYS_RIGHT = f"{ORACLE_PREFIX}1"
 FLOOR = 0.97
-#: The pooled view's bootstrap: draws and the interval's coverage (as `goodput_targets`).
-DRAWS = 2000
-COVERAGE = 0.90
 
 
 def _speed(row: dict) -> float:

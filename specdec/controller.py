@@ -619,6 +619,11 @@ class GoodputController:
         prompt slots would be paid for by the look)."""
         return [name for name in self.order if name in cheap_names and row.root_extras[name] == 0]
 
+    def _looks_only(self, row: _Row, cheap_names: frozenset[str]) -> bool:
+        """Whether every drafter of the call is a free looker in `row`: a batch's rest from its free drafter leaves
+        it nothing to price (`_resting_run`)."""
+        return len(self._free_lookers(row, cheap_names)) == len(self.order)
+
     def _prepares_first(self, row: _Row, name: str) -> bool:
         """Whether the drafter's one-off `prepare` (timed apart: `CostTable.prepare`) feeds the row's tokens
         before it first drafts it, so that the step's own draft has no catch-up. A drafter without the hook
@@ -1170,8 +1175,7 @@ class GoodputController:
         None otherwise."""
         found = [self.rows.get(row_id) for row_id in row_ids]
         if not all(row is not None and not row.looking and row.pending is None and min(cap_all, depth) > 0
-                   and len(self._free_lookers(row, cheap_names)) == len(self.order)
-                   for row, depth in zip(found, max_depth)):
+                   and self._looks_only(row, cheap_names) for row, depth in zip(found, max_depth)):
             return None
         rows = cast(list[_Row], found)
         for row in rows:
@@ -1191,7 +1195,7 @@ class GoodputController:
             return False
         cheap = self._cheap_drafters()
         if run.resting:  # the cost model learnt meanwhile: its drafters must all still be free to rest from
-            if any(len(self._free_lookers(row, cheap)) != len(self.order) for row in run.rows):
+            if not all(self._looks_only(row, cheap) for row in run.rows):
                 return False
             self._batch_rest -= 1
         elif cheap and any(self._free_lookers(row, cheap) for row in run.rows):
