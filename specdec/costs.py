@@ -568,16 +568,19 @@ class CostModel:
             longest = min(context, max(2 * SHORT_CONTEXT, LONG_TOKENS // bucket))  # prefill costs B x context
             if max_positions is not None:  # a prefix of at least one token, the widest row, and a spare slot
                 grid = tuple(e for e in grid if 1 + _widest(e, bucket) + 1 <= max_positions) or (0,)
-                longest = max(1, min(context, max_positions - _widest(max(grid), bucket) - 1))
+                longest = max(1, min(longest, max_positions - _widest(max(grid), bucket) - 1))
             short = min(SHORT_CONTEXT, longest)
+            # The longest row a ragged measurement may hold (`ragged_contexts`): what fits the model's positions.
+            most = max_positions - _widest(max(grid), bucket) - 1 if max_positions is not None else 2 * longest
             alone = bucket == 1  # one row: the same forward in every batch mode, measured (and keyed) once
             clock = cost_clock(model.get_input_embeddings().weight.device)
             seconds = measure_verify(model, bucket, grid, None if alone else packed, padded and not alone, short,
-                                     self.rounds, clock=clock)
+                                     self.rounds, clock=clock, most=most)
             long_seconds: tuple[float, ...] = ()
             if longest >= 2 * short:  # the cost of attending over a long cache, measured too
                 long_seconds = tuple(measure_verify(model, bucket, grid, None if alone else packed,
-                                                    padded and not alone, longest, self.rounds, clock=clock))
+                                                    padded and not alone, longest, self.rounds, clock=clock,
+                                                    most=most))
             self.live.curves[(packed or alone, bucket)] = VerifyCurve(bucket, grid, tuple(seconds), short,
                                                                       longest, long_seconds)
         self.live.scale.setdefault(packed, 1.0)
@@ -672,10 +675,12 @@ class CostModel:
 
 
 def measure_verify(model: Any, batch: int, grid: tuple[int, ...], packed: bool | None, padded: bool, context: int,
-                   rounds: int = 3, seed: int = 0, clock: Callable[[], float] = time.perf_counter) -> list[float]:
+                   rounds: int = 3, seed: int = 0, clock: Callable[[], float] = time.perf_counter,
+                   most: int | None = None) -> list[float]:
     """Seconds of a verification forward (chains, inputs spread evenly over the rows) for each
-    number of extra inputs in `grid`, on a prefix of `context` random tokens per row. Sizes are
-    interleaved each round, so load drift on a shared machine hits all of them alike."""
+    number of extra inputs in `grid`, on prefixes of random tokens `context` long on average: all
+    alike in the padded mode, spread over the rows otherwise (`ragged_contexts`, none longer than `most`).
+    Sizes are interleaved each round, so load drift on a shared machine hits all of them alike."""
     from .draft import tree_layout
     from .padded_runner import PaddedTargetRunner
     from .target import TargetRunner
@@ -683,13 +688,14 @@ def measure_verify(model: Any, batch: int, grid: tuple[int, ...], packed: bool |
     vocab = int(model.get_input_embeddings().weight.shape[0])
     generator = torch.Generator().manual_seed(seed)
     widest = _widest(max(grid), batch)
-    runner = (PaddedTargetRunner(model, batch, context + widest + 2) if padded
-              else TargetRunner(model, batch, context + widest + 2, packed_inputs=packed))
+    lengths = np.full(batch, context) if padded else ragged_contexts(batch, context, most or context)
+    longest = int(lengths.max())
+    runner = (PaddedTargetRunner(model, batch, longest + widest + 2) if padded
+              else TargetRunner(model, batch, longest + widest + 2, packed_inputs=packed))
     times: dict[int, list[float]] = {extra: [] for extra in grid}
     try:
         with torch.inference_mode():
-            runner.prefill(torch.randint(0, vocab, (batch, context), generator=generator),
-                           torch.full((batch,), context))
+            runner.prefill(torch.randint(0, vocab, (batch, longest), generator=generator), lengths)
             layouts = {}
             for extra in grid:
                 widths = torch.tensor([1 + extra // batch + (row < extra % batch) for row in range(batch)])
@@ -719,6 +725,25 @@ def measure_verify(model: Any, batch: int, grid: tuple[int, ...], packed: bool |
     for index in range(len(seconds) - 2, -1, -1):
         seconds[index] = min(seconds[index], seconds[index + 1])
     return seconds
+
+
+def ragged_contexts(batch: int, mean: int, most: int) -> np.ndarray:
+    """Cached lengths of `batch` rows for measuring: `mean` tokens on average, spread evenly around it (from an
+    eighth of it, at most `most`), in the order short, long, next shortest, next longest..., so the first rows,
+    which `measure_verify` gives its extra inputs, hold about the mean too. Why spread: the rows of real batches
+    hold different prompts, and on a CPU a batch whose rows differ enough attends row by row
+    (`specdec.target.ROW_ATTENTION_MIN_WASTE`), where rows of one length attend in one call whose query rows are
+    padded to the widest: there one extra input cost 1.09-1.24x a plain step at 8 and 16 rows (every row's attention
+    read two query rows), row by row 1.00-1.04x (benchmarks/results/goodput/checks_s75). Measured alike, the curve
+    priced 1 to 8 extra inputs at B = 16 at 1.14-1.25x where the batching benchmark's prompts paid 1.00-1.14x, and
+    widths priced too dear are never tried, so no step corrected them; a batch of one length pays more than the
+    curve says instead, and its steps at those widths correct it (`CostModel.observe_verify`)."""
+    if batch <= 1:
+        return np.full(batch, mean)
+    half = max(0, min(mean - max(1, mean // 8), most - mean))
+    spread = np.rint(np.linspace(mean - half, mean + half, batch)).astype(np.int64)
+    order = [index for pair in zip(range(batch), range(batch - 1, -1, -1)) for index in pair]
+    return spread[list(dict.fromkeys(order))[:batch]]
 
 
 def _widest(extra: int, batch: int) -> int:

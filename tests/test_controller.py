@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specdec
+from specdec import costs as costs_module
 from specdec.acceptance import DECAY, FADE_FLOOR, PRIOR_FIRST, PRIOR_NEXT, PRIOR_WEIGHT, RowAcceptance
 from specdec.controller import (
     BATCH_MARGIN,
@@ -49,6 +50,7 @@ from specdec.costs import (
     context_band,
     cost_model_for,
     draft_features,
+    ragged_contexts,
 )
 from specdec.draft import Draft, ExtraSlots, Verdict
 
@@ -1624,6 +1626,47 @@ def test_cost_measurement_fits_a_short_context():
     out = specdec.generate(tiny_model("llama", seed=1, max_position_embeddings=32), [1, 2, 3] * 9,
                            drafter="anpd", max_new_tokens=4)
     assert len(out.sequences[0]) == 4
+
+
+@given(st.integers(1, 64), st.integers(1, 600), st.integers(0, 600))
+def test_ragged_measuring_contexts_keep_their_mean(batch, mean, room):
+    """The rows a verify curve is measured on hold `mean` tokens on average, none longer than `most`, and any
+    leading rows (those given the extra inputs) about the mean too."""
+    most = mean + room
+    contexts = ragged_contexts(batch, mean, most)
+    assert len(contexts) == batch and contexts.min() >= 1 and contexts.max() <= most
+    assert abs(contexts.mean() - mean) <= 0.5
+    if batch >= 4 and mean >= 2 and room >= mean:  # room to spread: rows differ, the first pair straddles the mean
+        assert contexts.min() < mean < contexts.max()
+        assert contexts[0] < mean < contexts[1]
+
+
+def test_batch_curves_are_measured_on_rows_of_different_lengths(monkeypatch):
+    """A batch's verify curve is timed behind rows of different lengths (real batches hold different prompts; on a
+    CPU such a batch attends row by row), fitting the model's positions, its long prefix bounded by LONG_TOKENS over
+    the batch even when the model's positions allow more; one row's curve behind one length."""
+    from specdec import target as target_module
+
+    prefilled: list[tuple[int, list[int]]] = []
+    original = target_module.TargetRunner.prefill
+
+    def spy(self, input_ids, lengths):
+        prefilled.append((input_ids.shape[0], [int(x) for x in lengths]))
+        return original(self, input_ids, lengths)
+
+    monkeypatch.setattr(target_module.TargetRunner, "prefill", spy)
+    monkeypatch.setattr(costs_module, "LONG_TOKENS", 256)
+    model = tiny_model("llama", max_position_embeddings=160)
+    costs = CostModel("test")
+    costs.ensure(model, [4], True, False, 128, max_positions=160)
+    curve = costs.live.curves[(True, 4)]
+    assert curve.long_context == 64  # LONG_TOKENS // 4, not the 128 the positions would allow
+    rows = [lengths for batch, lengths in prefilled if batch == 4]
+    assert rows and all(len(set(lengths)) > 1 for lengths in rows)
+    assert {round(sum(lengths) / 4) for lengths in rows} == {curve.context, curve.long_context}
+    widest = 1 + -(-max(curve.extras) // 4)
+    assert max(max(lengths) for lengths in rows) + widest <= 160
+    assert all(len(set(lengths)) == 1 for batch, lengths in prefilled if batch == 1)
 
 
 class _AlwaysWrong(specdec.Drafter):
