@@ -1644,7 +1644,7 @@ def test_ragged_measuring_contexts_keep_their_mean(batch, mean, room):
 def test_batch_curves_are_measured_on_rows_of_different_lengths(monkeypatch):
     """A batch's verify curve is timed behind rows of different lengths (real batches hold different prompts; on a
     CPU such a batch attends row by row), fitting the model's positions, its long prefix bounded by LONG_TOKENS over
-    the batch even when the model's positions allow more; one row's curve behind one length."""
+    the batch even when the model's positions allow more."""
     from specdec import target as target_module
 
     prefilled: list[tuple[int, list[int]]] = []
@@ -1666,7 +1666,6 @@ def test_batch_curves_are_measured_on_rows_of_different_lengths(monkeypatch):
     assert {round(sum(lengths) / 4) for lengths in rows} == {curve.context, curve.long_context}
     widest = 1 + -(-max(curve.extras) // 4)
     assert max(max(lengths) for lengths in rows) + widest <= 160
-    assert all(len(set(lengths)) == 1 for batch, lengths in prefilled if batch == 1)
 
 
 class _AlwaysWrong(specdec.Drafter):
