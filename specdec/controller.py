@@ -1178,10 +1178,7 @@ class GoodputController:
                    and self._looks_only(row, cheap_names) for row, depth in zip(found, max_depth)):
             return None
         rows = cast(list[_Row], found)
-        for row in rows:
-            for name, rest in row.rest.items():  # the rows' own rests go on under the batch's
-                if rest > 0:
-                    row.rest[name] = rest - 1
+        _count_down_rests(rows, 1)
         self._reason(BATCH_REST_REASON, len(rows))
         # (Up to the step at which a row has a token left but none to draft: that step is priced.)
         steps = min(self._batch_rest, min(int(depth) for depth in max_depth) - 1)
@@ -1210,9 +1207,7 @@ class GoodputController:
         if run is None:
             return
         if run.resting:
-            for row in run.rows:
-                for name, rest in row.rest.items():
-                    row.rest[name] = max(0, rest - run.taken)
+            _count_down_rests(run.rows, run.taken)
             self._reason(BATCH_REST_REASON, len(run.rows) * run.taken)
         else:
             for row in run.rows:
@@ -1762,6 +1757,13 @@ class GoodputController:
         if self.options.trace:
             out["trace"] = self.trace
         return out
+
+
+def _count_down_rests(rows: Iterable[_Row], steps: int) -> None:
+    """`steps` steps of the rows' own rests from their free drafters go by under the batch's rest (`_resting_run`)."""
+    for row in rows:
+        for name, rest in row.rest.items():
+            row.rest[name] = max(0, rest - steps)
 
 
 def mean_context(contexts: Iterable[float | None]) -> float | None:
