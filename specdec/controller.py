@@ -241,6 +241,8 @@ class Plan:
     weights: list[float] = field(default_factory=list)  # live batches: what a token of each row is worth
     contexts: list[float] = field(default_factory=list)  # tokens in each row's cache
     left: list[int] = field(default_factory=list)  # tokens each row may still commit (`plan`'s max_depth)
+    # a continuous batch's last wave: the token budgets of the prompts waiting to take finished rows' places
+    queued: list[int] = field(default_factory=list)
     lags: dict[str, float] = field(default_factory=dict)  # per drafter: its rows' catch-up tokens this step
     # per drafter: tokens of the rows it is asked to draft for the first time (its `prepare` feeds them)
     prepares: dict[str, float] = field(default_factory=dict)
@@ -1079,7 +1081,7 @@ class GoodputController:
                     row.prepared.add(drafter)
         plan = Plan(choice, budgets, [f > 0 for f in forced], forced, free, look, look_budget, rate,
                     cheap_names, weights, [c for c in row_contexts if c is not None], [int(d) for d in max_depth],
-                    lags, prepares, base)
+                    [] if isinstance(waiting, bool) else [int(t) for t in waiting], lags, prepares, base)
         rows_planned = [(self.rows[row_id], items) if name is not None and not is_free and budget > 0 else None
                         for row_id, name, is_free, budget, items in zip(row_ids, choice, free, budgets, items_per_row)]
         if any(rows_planned):
@@ -1515,9 +1517,14 @@ class GoodputController:
         against the step's measured seconds, into a decayed balance. When the balance runs negative after
         FRUITLESS_LOOKS looking steps, every row rests from the free drafter (`plan`), the rests doubling up to
         MAX_BATCH_REST steps while the looks keep losing (learnt across calls: `CostTable.batch_rests`).
-        Progress: while prompts wait (tokens weighted alike) the rows' committed tokens over the batch size; in a
-        static batch how much nearer the batch's end came, the fall in the most tokens any row has left (summed
-        over the steps it is exactly the batch's length: rows ahead of the last advance nothing). A plain step's
+        Progress: while more prompts wait than the batch has rows (tokens weighted alike) the rows' committed tokens
+        over the batch size; in a static batch how much nearer the batch's end came, the fall in the most tokens any
+        row has left (summed over the steps it is exactly the batch's length: rows ahead of the last advance
+        nothing); in a continuous batch's last wave the same on the places' ends (`lane_ends`), where a row that
+        finishes first hands its place to a waiting prompt. Judged on the rows alone there, a step in which only the
+        rows that hand their places on accepted drafts counted as one plain step: in continuous batches of 4 anpd's
+        batch rested 351-444 row-steps a call against 308-345 since, in 201-207 batch steps against 195-204
+        (throughput within this CPU's noise; benchmarks/results/goodput/checks_s76/). A plain step's
         price is `CostTable.verify` and the plain overhead, scaled by how this batch's plain steps measured
         against it.
 
@@ -1540,8 +1547,9 @@ class GoodputController:
             return
         if plan.base is None or not plan.left:  # tokens weighted alike
             progress = 1.0 + sum(accepted) / count
-        else:
-            progress = max(plan.left) - max(0, max(left - a - 1 for left, a in zip(plan.left, accepted)))
+        else:  # how much nearer the last place falls empty (`lane_ends`; a static batch's places are its rows)
+            after = [max(0, left - a - 1) for left, a in zip(plan.left, accepted)]
+            progress = max(lane_ends(plan.left, plan.queued)) - max(lane_ends(after, plan.queued))
         gain = progress * price * (self._plain_ratio or 1.0) - spent
         self._look_balance = LOOK_BALANCE_DECAY * self._look_balance + gain
         self._looks_since_rest += 1

@@ -990,7 +990,7 @@ def test_a_free_drafter_rests_after_looks_that_are_cut_not_after_finding_nothing
 BATCH_REST_REASON = "batch resting from the free drafter: its looks did not pay"
 
 
-def batch_step(ctl: GoodputController, left: list[int], accepted: list[int], waiting: bool,
+def batch_step(ctl: GoodputController, left: list[int], accepted: list[int], waiting: bool | list[int],
                seconds: float) -> Plan:
     """A live batch step of the free drafter "d" proposing 4 tokens a row, timed at `seconds` in all when it
     looked, at the curve's 10 ms when plain."""
@@ -1020,6 +1020,21 @@ def test_a_live_batch_rests_from_a_free_drafter_whose_looking_steps_do_not_pay()
     steps = [not any(batch_step(later, [64, 64], [0, 0], waiting=False, seconds=0.014).budget) for _ in range(40)]
     first_rest = steps[steps.index(True):].index(False)
     assert first_rest > 2 * FIRST_REST
+
+
+def test_a_continuous_batchs_last_wave_judges_its_looks_on_the_places_ends():
+    """The last wave of a continuous batch: row 0 finishes first and hands its place to the waiting prompt, so its
+    place ends last; its accepted drafts bring the end nearer though row 1 keeps the most tokens of its own. Its
+    looking steps pay (5 plain steps' progress in 1.4 plain steps' time) and the batch never rests from them; the
+    same rows with nothing waiting (a static batch, whose end row 1 sets) rest."""
+    for waiting, rests in (([60], False), (False, True)):
+        model = synthetic(batch=2)
+        ctl = controller(model, probe_after=1024, max_probe_interval=1024)
+        left = [40, 44]
+        for _ in range(7):
+            batch_step(ctl, left, [4, 0], waiting=waiting, seconds=0.014)
+            left = [left[0] - 5, left[1] - 1]
+        assert (ctl.counts["plain_reasons"].get(BATCH_REST_REASON, 0) > 0) is rests
 
 
 def test_a_batch_resting_from_its_free_drafter_is_one_quiet_run(monkeypatch):

@@ -6,7 +6,9 @@ ratio to `none` (mean, standard error, per round) and tau.
 
 Each cell is a JSON object of anpd options, with three keys of its own: `_patch` sets specdec.controller constants for
 the cell (e.g. {"FRUITLESS_LOOKS": 100000}: the batch never rests from its looks), `_alike` weighs every row's tokens
-alike (`row_weights` as in a long queue), `_tag` only makes a cell's name unique (the same cell twice, another place
+alike (`row_weights` as in a long queue), `_keep` makes the cut keep every node proposed (the controller still plans,
+rests and learns), `_rows_judge` judges a continuous batch's last-wave looks on its rows alone (`_judge_looks` before
+stop 76's change: the waiting prompts left out of the progress), `_tag` only makes a cell's name unique (the same cell twice, another place
 in the round).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/results/goodput/checks_s76/fixed_vs_controller.py 4 8 continuous \
@@ -45,6 +47,26 @@ def alike(remaining, *args, **kwargs):
     return [1.0] * len(remaining), None
 
 
+original_solve = ctl.GoodputController._solve
+
+
+original_judge = ctl.GoodputController._judge_looks
+
+
+def rows_judge(self, plan, accepted, timings):
+    queued, plan.queued = plan.queued, []
+    try:
+        return original_judge(self, plan, accepted, timings)
+    finally:
+        plan.queued = queued
+
+
+def keep_all(self, rows, batch, draft_seconds, base=None, margin=0.0):
+    if draft_seconds is not None:  # the cut (after drafting): keep what was proposed
+        return [len(r.probs) for r in rows]
+    return original_solve(self, rows, batch, draft_seconds, base, margin)
+
+
 for round_index in range(-1, rounds):
     for name, cell_drafter, cell_options in cells:
         options = dict(cell_options)
@@ -52,6 +74,10 @@ for round_index in range(-1, rounds):
         options.pop("_tag", None)
         if options.pop("_alike", False):
             patch["row_weights"] = alike
+        ctl.GoodputController._solve = keep_all if options.pop("_keep", False) else original_solve
+        ctl.GoodputController._judge_looks = (
+            rows_judge if options.pop("_rows_judge", False) else original_judge
+        )
         saved = {key: getattr(ctl, key) for key in patch}
         for key, value in patch.items():
             setattr(ctl, key, value)
@@ -85,6 +111,8 @@ for round_index in range(-1, rounds):
         seconds = time.process_time() - started
         for key, value in saved.items():
             setattr(ctl, key, value)
+        ctl.GoodputController._solve = original_solve
+        ctl.GoodputController._judge_looks = original_judge
         if round_index >= 0:
             times[name].append(seconds)
             taus[name].append(sum(o.stats.new_tokens for o in outs) / sum(o.stats.steps for o in outs))
