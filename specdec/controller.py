@@ -1523,8 +1523,8 @@ class GoodputController:
         nothing); in a continuous batch's last wave the same on the places' ends (`lane_ends`), where a row that
         finishes first hands its place to a waiting prompt. Judged on the rows alone there, a step in which only the
         rows that hand their places on accepted drafts counted as one plain step: in continuous batches of 4 anpd's
-        batch rested 351-444 row-steps a call against 308-345 since, in 201-207 batch steps against 195-204
-        (throughput within this CPU's noise; benchmarks/results/goodput/checks_s76/). A plain step's
+        batch rested 15-16% fewer row-steps a call since (two runs of four calls), its batch steps and throughput
+        within this CPU's noise (benchmarks/results/goodput/checks_s76/). A plain step's
         price is `CostTable.verify` and the plain overhead, scaled by how this batch's plain steps measured
         against it.
 
