@@ -332,6 +332,17 @@ def test_a_live_batch_measures_the_curve_of_one_row_fewer():
     assert {(True, 4), (True, 2)} <= set(costs.live.curves)
 
 
+def test_a_live_batch_measures_every_size_it_can_shrink_to_at_its_first_step():
+    """A batch whose rows all end together still measures the curves of the smaller sizes a later call's batch
+    shrinks through, at its first step: before, a batch of 8 measured 4 and 8 rows, and the 2-row curve came due
+    in whichever later call first fell to 4 rows, inside its timed steps."""
+    model = tiny_model("llama")
+    costs = CostModel("test")
+    prompts = [[1 + row, 2, 3, 4 + row] for row in range(8)]
+    specdec.generate(model, prompts, drafter="anpd", max_new_tokens=3, eos_token_id=[], cost_model=costs)
+    assert {(True, 1), (True, 2), (True, 4), (True, 8)} <= set(costs.live.curves)
+
+
 def test_linear_fit_learns_a_drafters_cost():
     fit = LinearFit(3, forgetting=0.99)
     for nodes in [1, 2, 3, 4, 5, 6, 1, 3, 5] * 5:
