@@ -121,6 +121,13 @@ MAX_REST = 16
 #: negative (`_judge_looks`).
 LOOK_BALANCE_DECAY = 0.8
 MAX_BATCH_REST = 32
+#: Static batches: how fast the learnt worth of their accepted tokens (`CostTable.static_worth`, steps their end
+#: moved over steps the weights claimed, both summed over calls) forgets, per call, and the least the weights must
+#: have claimed in a call (in steps) for it to teach anything.
+STATIC_WORTH_DECAY = 0.7
+STATIC_WORTH_CLAIM = 2.0
+#: Below this learnt worth a static batch's looking steps are credited with the fall of its end (`_credit`).
+STATIC_WORTH_FLOOR = 0.35
 #: The plain reason (`GenerationOutput.stats`) of a row-step in a batch's rest.
 BATCH_REST_REASON = "batch resting from the free drafter: its looks did not pay"
 #: A row engaged with a slot drafter (`GoodputController._slot_look`) lets its slots go once its steps have lost,
@@ -247,6 +254,7 @@ class Plan:
     # per drafter: tokens of the rows it is asked to draft for the first time (its `prepare` feeds them)
     prepares: dict[str, float] = field(default_factory=dict)
     base: float | None = None  # what a plain step is worth in the weights' unit (None: one token a row)
+    marginal: float = 0.0  # the part of each row's weight that is its own place in the step (`row_weights`)
     quiet: bool = False  # every row plain without being priced again (`_all_quiet`, `_resting_run`)
     exit: ChainExit | None = None  # where a scoring chain drafter stops a row before its budget
     _budget: torch.Tensor | None = field(default=None, repr=False, compare=False)
@@ -388,6 +396,13 @@ class GoodputController:
         self._batch_rest = 0
         self._batch_quiet: tuple[tuple[int, ...], int] = ((), BATCH_QUIET_STEPS)  # (rows, next quiet length)
         self._plain_ratio: float | None = None
+        # Live batches that all start together (a static batch): each row's committed tokens, the rows it started
+        # with (None before the first step), whether a row joined later, and how far the cut's weights said the
+        # accepted tokens moved the batch's end, in steps (`_learn_static_worth`).
+        self._committed: dict[int, int] = {}
+        self._first_rows: frozenset[int] | None = None
+        self._joined = False
+        self._claimed_end = 0.0
         self._cheap: frozenset[str] | None = None  # the free drafters, until the cost model learns again
         self._free_limit = float("inf")  # most seconds a free drafter's draft may cost (set with `_cheap`)
         self._look_retry = set(self.order)  # drafters that may look once more in this call (`_cheap_drafters`)
@@ -1082,6 +1097,8 @@ class GoodputController:
         plan = Plan(choice, budgets, [f > 0 for f in forced], forced, free, look, look_budget, rate,
                     cheap_names, weights, [c for c in row_contexts if c is not None], [int(d) for d in max_depth],
                     [] if isinstance(waiting, bool) else [int(t) for t in waiting], lags, prepares, base)
+        if base is not None and parts is not None:
+            plan.marginal = parts[0]
         rows_planned = [(self.rows[row_id], items) if name is not None and not is_free and budget > 0 else None
                         for row_id, name, is_free, budget, items in zip(row_ids, choice, free, budgets, items_per_row)]
         if any(rows_planned):
@@ -1506,6 +1523,7 @@ class GoodputController:
                                "weights": [round(w, 6) for w in plan.weights], "base": plan.base,
                                **{k: round(v, 6) for k, v in timings.items() if isinstance(v, float)}})
         if self.live:
+            self._count_static(plan, counts)
             # (a quiet step's plain-step price is read where the cost model learns from it: one in QUIET_SAMPLE)
             if len(plan.choice) > 1 and (not plan.quiet or self._samples_next_quiet_step()):
                 self._judge_looks(plan, counts, cast(dict[str, Any], timings))
@@ -1518,15 +1536,21 @@ class GoodputController:
         FRUITLESS_LOOKS looking steps, every row rests from the free drafter (`plan`), the rests doubling up to
         MAX_BATCH_REST steps while the looks keep losing (learnt across calls: `CostTable.batch_rests`).
         Progress: while more prompts wait than the batch has rows (tokens weighted alike) the rows' committed tokens
-        over the batch size; in a static batch how much nearer the batch's end came, the fall in the most tokens any
-        row has left (summed over the steps it is exactly the batch's length: rows ahead of the last advance
-        nothing); in a continuous batch's last wave the same on the places' ends (`lane_ends`), where a row that
-        finishes first hands its place to a waiting prompt. Judged on the rows alone there, a step in which only the
-        rows that hand their places on accepted drafts counted as one plain step: in continuous batches of 4 anpd's
-        batch rested 15-16% fewer row-steps a call since (two runs of four calls), its batch steps and throughput
-        within this CPU's noise (benchmarks/results/goodput/checks_s76/). A plain step's
-        price is `CostTable.verify` and the plain overhead, scaled by how this batch's plain steps measured
-        against it.
+        over the batch size; where the rows are weighed (a static batch, a continuous batch's last wave) one plain
+        step plus what the accepted tokens are worth by the weights the cut priced the step with (`_credit`). A
+        static batch's weights are checked against what its tokens did to its end in earlier calls
+        (`_learn_static_worth`).
+
+        Until stop 77 a weighed step was credited with the fall of the batch's last end (`lane_ends`). Summed over a
+        call that is exactly the batch's length, but step by step it credits a row's tokens only once the row
+        is the last: while the rows' ends are close, tokens accepted ahead of the last were credited nothing, the
+        credit came when the last row caught up, at the batch's end, and the batch had rested by then (a
+        continuous batch of 8 rested 748 of its 884 row-steps). Credited by the weights, with the static gate,
+        anpd went from 0.982-0.994 to 1.000-1.027 of batched plain decoding in static batches of 4, 1.114-1.139 to
+        1.174-1.191 at 2, 1.076 to 1.115 in continuous batches of 4, level at 8; 1.2-1.4 points below in the
+        continuous runs at 16 (benchmarks/results/goodput/checks_s77/).
+        A plain step's price is `CostTable.verify` and the plain overhead, scaled by how this batch's plain steps
+        measured against it.
 
         A row's own rests (`_count_look`) judge only whether its looks kept anything. In a static batch of 8
         on this CPU anpd's looks kept nodes in half the steps (mostly rows ahead of the last, whose tokens the
@@ -1545,11 +1569,10 @@ class GoodputController:
             ratio = spent / price
             self._plain_ratio = ratio if self._plain_ratio is None else 0.9 * self._plain_ratio + 0.1 * ratio
             return
-        if plan.base is None or not plan.left:  # tokens weighted alike
+        if plan.base is None or not plan.weights:  # tokens weighted alike
             progress = 1.0 + sum(accepted) / count
-        else:  # how much nearer the last place falls empty (`lane_ends`; a static batch's places are its rows)
-            after = [max(0, left - a - 1) for left, a in zip(plan.left, accepted)]
-            progress = max(lane_ends(plan.left, plan.queued)) - max(lane_ends(after, plan.queued))
+        else:
+            progress = 1.0 + self._credit(plan, accepted)
         gain = progress * price * (self._plain_ratio or 1.0) - spent
         self._look_balance = LOOK_BALANCE_DECAY * self._look_balance + gain
         self._looks_since_rest += 1
@@ -1560,6 +1583,68 @@ class GoodputController:
             self._batch_rest = rests.get(key, FIRST_REST)
             rests[key] = min(MAX_BATCH_REST, 2 * self._batch_rest)
             self._look_balance, self._looks_since_rest = 0.0, 0
+
+    def _credit(self, plan: Plan, accepted: list[int]) -> float:
+        """What a weighed step's accepted tokens saved, in plain steps, by the weights the cut priced it with: each
+        token its row's own place in a step (`Plan.marginal`) and its share of the batch's end (the row's chance of
+        being the last). Except in a static batch whose drafter's tokens were found, in earlier calls at this batch
+        size, to move the end by less than STATIC_WORTH_FLOOR of what the weights said (`CostTable.static_worth`):
+        there the credit is how much nearer the end came (the fall in the most tokens any row has left). In static
+        batches of 8 anpd's tokens moved the end by ~0.15 of the weights' claim, and credited by the weights its
+        looks ran at 0.98 of plain decoding against 1.01 (in batches of 4: ~0.6, 1.015 against 0.993)."""
+        if self._static(plan):
+            if self._static_worth() < STATIC_WORTH_FLOOR:
+                after = [max(0, left - a - 1) for left, a in zip(plan.left, accepted)]
+                return max(plan.left) - max(after) - 1.0
+        return sum(weight * a for weight, a in zip(plan.weights, accepted)) / cast(float, plan.base)
+
+    def _static_worth(self) -> float:
+        """The learnt worth of this static batch's tokens (`CostTable.static_worth`); unlearnt at this batch size,
+        the nearest smaller size's (the more rows a batch has, the less any one row's tokens move its end: anpd's
+        read ~0.6 at 4 rows, ~0.15 at 8, ~0.2 at 16), else 1 (the weights taken at their word)."""
+        bucket = batch_bucket(len(cast(frozenset, self._first_rows)))
+        learnt = [(size, moved / claimed) for (name, size), (moved, claimed) in self.table.static_worth.items()
+                  if name == self.name and size <= bucket and claimed > 0]
+        return max(learnt)[1] if learnt else 1.0
+
+    def _static(self, plan: Plan) -> bool:
+        """Whether this call's batch is static so far: the rows it started with, none joined, none waiting."""
+        return self._first_rows is not None and not self._joined and not plan.queued
+
+    def _count_static(self, plan: Plan, accepted: list[int]) -> None:
+        """A live batch's step, for `_learn_static_worth`: each row's committed tokens, and how far the step's
+        accepted tokens moved the batch's end by the weights (each row's chance of being last)."""
+        ids = self._current_ids
+        if self._first_rows is None:
+            self._first_rows = frozenset(ids)
+        elif not self._joined and not self._first_rows.issuperset(ids):
+            self._joined = True
+        if self._joined or plan.queued:
+            self._joined = True
+            return
+        committed = self._committed
+        for row_id, a in zip(ids, accepted):
+            committed[row_id] = committed.get(row_id, 0) + 1 + a
+        if plan.base is not None and plan.weights and any(accepted):
+            ending = plan.base - len(ids) * plan.marginal
+            if ending > 0:
+                self._claimed_end += sum((weight - plan.marginal) * a
+                                         for weight, a in zip(plan.weights, accepted)) / ending
+
+    def _learn_static_worth(self) -> None:
+        """After a static batch: how many steps its accepted tokens took off its end (the most tokens a row
+        committed, which plain decoding would have taken as many steps for, less the steps taken), and how many the
+        weights said they would, added to the decayed sums of `CostTable.static_worth` for its drafter and batch
+        size (a ratio of sums: one call's reading swings widely, 0-0.8 for anpd's batches of 4). Calls whose
+        weights claimed under STATIC_WORTH_CLAIM steps teach nothing."""
+        first = self._first_rows
+        if self._joined or first is None or len(first) < 2 or self._claimed_end < STATIC_WORTH_CLAIM:
+            return
+        moved = max(0, max(self._committed.values()) - self._steps)
+        worths = self.model_costs.live.static_worth
+        key = (self.name, batch_bucket(len(first)))
+        old_moved, old_claimed = worths.get(key, (0.0, 0.0))
+        worths[key] = (STATIC_WORTH_DECAY * old_moved + moved, STATIC_WORTH_DECAY * old_claimed + self._claimed_end)
 
     def _observe_plain(self) -> list[int]:
         """A step no row drafted in: each row committed one token (the engine's plain-step path)."""
@@ -1737,6 +1822,7 @@ class GoodputController:
         self._settle()
         if self.live:
             self._learn()
+            self._learn_static_worth()
             relax = 1.0 - (1.0 - POOLED_RELAX) ** (self._steps / RELAX_STEPS)
             for name, pooled in self.pooled.items():
                 # (not a drafter whose look needs prompt slots: whether its tree pays is the device's, as in

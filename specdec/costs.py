@@ -327,6 +327,10 @@ class CostTable:
     # static batch of 8, and each call learning that again from the first rest spent ~16 of its 64 steps looking
     # (while prompts wait to join, the same batch size's looks paid).
     batch_rests: dict[tuple[str, int, bool], int] = field(default_factory=dict)
+    # Per (the call's drafter, batch bucket): the steps by which the accepted tokens of its static batches moved
+    # their ends, and the steps the cut's weights said they would, decayed sums over calls
+    # (`GoodputController._learn_static_worth`).
+    static_worth: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
     # A drafter's one-off work when first asked to draft a row (`Drafter.prepare`: a draft model's prefill):
     # seconds ~ [1, tokens fed / CONTEXT_UNIT] (a fixed part, ~1 ms for a small draft on this CPU, and per token).
     prepares: dict[str, LinearFit] = field(default_factory=dict)

@@ -29,6 +29,7 @@ from specdec.controller import (
     PROBE_STREAK,
     QUIET_SAMPLE,
     SLOT_LOOK_LOSS,
+    STATIC_WORTH_FLOOR,
     ControllerOptions,
     GoodputController,
     LiveBatch,
@@ -1046,6 +1047,69 @@ def test_a_continuous_batchs_last_wave_judges_its_looks_on_the_places_ends():
             batch_step(ctl, left, [4, 0], waiting=waiting, seconds=0.014)
             left = [left[0] - 5, left[1] - 1]
         assert (ctl.counts["plain_reasons"].get(BATCH_REST_REASON, 0) > 0) is rests
+
+
+def test_a_weighed_steps_tokens_are_credited_by_the_weights_the_cut_priced_them_with():
+    """Rows tied for the end of a static batch: a token of either is credited at once, by its row's chance of being
+    last, alike for both (crediting the fall of the last end gave a token ahead of the last row nothing until that
+    row caught up); a row far ahead of the last is credited its own place in the step only; and where the batch's
+    tokens were found worth less than STATIC_WORTH_FLOOR of the weights' claim in earlier calls
+    (`CostTable.static_worth`), the credit is the fall of the end itself."""
+    model = synthetic(batch=2)
+    model.live.curves[(True, 1)] = VerifyCurve(1, GRID, tuple(0.6 * x for x in CPU_LIKE))  # a row: 0.4 of a step
+    ctl = controller(model, probe_after=1024, max_probe_interval=1024)
+    tied = ctl.plan([0, 1], [40, 40], 64, False)
+    assert tied.base is not None and 0 < tied.marginal < tied.base / 2
+    assert ctl._credit(tied, [4, 0]) == pytest.approx(ctl._credit(tied, [0, 4]))
+    assert ctl._credit(tied, [4, 0]) > 1.0  # four tokens, half of them the batch's end's
+    ahead = ctl.plan([0, 1], [20, 44], 64, False)
+    assert ctl._credit(ahead, [4, 0]) == pytest.approx(4 * ahead.marginal / ahead.base, rel=0.01)
+    ctl._first_rows = frozenset([0, 1])
+    model.live.static_worth[("d", 2)] = (STATIC_WORTH_FLOOR / 2, 1.0)  # (steps moved, steps claimed)
+    assert ctl._credit(tied, [4, 0]) == 0.0  # row 1 keeps 39 tokens to go: the end came one step nearer
+    assert ctl._credit(tied, [4, 4]) == 4.0
+
+
+def static_call(model: CostModel, accepts: list[int], left: int = 40) -> GoodputController:
+    """A static batch of the free drafter "d" to its end, each row accepting up to `accepts[row]` a step; a row
+    leaves when its tokens are done."""
+    ctl = controller(model, probe_after=1024, max_probe_interval=1024)
+    remaining = {row: left for row in range(len(accepts))}
+    ids = list(remaining)
+    while ids:
+        plan = ctl.plan(ids, [remaining[row] for row in ids], 64, False)
+        draft, cut = ctl.cut(chain([[1, 2, 3, 4][: plan.budget[b]] for b in range(len(ids))]), plan, 0.0)
+        kept = draft.num_nodes.tolist()
+        accepted = [min(accepts[row], k, remaining[row] - 1) for row, k in zip(ids, kept)]
+        ctl.observe(plan, cut, verdict(accepted, draft.width),
+                    {"draft": 0.0, "verify": 0.010 if plan.plain else 0.011, "other": 0.0})
+        for row, a in zip(ids, accepted):
+            remaining[row] -= 1 + a
+        ids = [row for row in ids if remaining[row] > 0]
+    ctl.finish()
+    return ctl
+
+
+def test_a_static_batch_learns_what_its_accepted_tokens_did_to_its_end():
+    """Rows that advance together bring the batch's end nearer by what the weights said (worth ~1); a row that
+    never accepts sets the end whatever the other accepts, so that batch's tokens were worth less than the weights
+    said, and the next call credits its looks with the fall of its end (`_credit`), as does a first call of a
+    larger static batch, which has learnt nothing of its own yet."""
+    together = synthetic(batch=2)
+    for _ in range(2):
+        static_call(together, [4, 4])
+    moved, claimed = together.live.static_worth[("d", 2)]
+    assert claimed > 0 and moved / claimed > 0.8
+    lopsided = synthetic(batch=2)
+    static_call(lopsided, [4, 0])
+    moved, claimed = lopsided.live.static_worth[("d", 2)]
+    assert claimed > 0 and moved / claimed < STATIC_WORTH_FLOOR
+    ctl = controller(lopsided)
+    ctl._first_rows = frozenset(range(4))
+    assert ctl._static_worth() == moved / claimed  # a batch of 4 reads what batches of 2 learnt
+    fresh = controller(synthetic(batch=2))
+    fresh._first_rows = frozenset(range(4))
+    assert fresh._static_worth() == 1.0  # nothing learnt: the weights at their word
 
 
 def test_a_batch_resting_from_its_free_drafter_is_one_quiet_run(monkeypatch):
