@@ -396,12 +396,11 @@ class GoodputController:
         self._batch_rest = 0
         self._batch_quiet: tuple[tuple[int, ...], int] = ((), BATCH_QUIET_STEPS)  # (rows, next quiet length)
         self._plain_ratio: float | None = None
-        # Live batches that all start together (a static batch): each row's committed tokens, the rows it started
-        # with (None before the first step), whether a row joined later, and how far the cut's weights said the
-        # accepted tokens moved the batch's end, in steps (`_learn_static_worth`).
+        # A live batch whose rows all start together (a static batch): the rows it started with (None before the
+        # first step; empty once the call is known not to be one), each row's committed tokens, and how far the
+        # cut's weights said the accepted tokens moved the batch's end, in steps (`_learn_static_worth`).
+        self._static_rows: frozenset[int] | None = None
         self._committed: dict[int, int] = {}
-        self._first_rows: frozenset[int] | None = None
-        self._joined = False
         self._claimed_end = 0.0
         self._cheap: frozenset[str] | None = None  # the free drafters, until the cost model learns again
         self._free_limit = float("inf")  # most seconds a free drafter's draft may cost (set with `_cheap`)
@@ -1602,25 +1601,26 @@ class GoodputController:
         """The learnt worth of this static batch's tokens (`CostTable.static_worth`); unlearnt at this batch size,
         the nearest smaller size's (the more rows a batch has, the less any one row's tokens move its end: anpd's
         read ~0.6 at 4 rows, ~0.15 at 8, ~0.2 at 16), else 1 (the weights taken at their word)."""
-        bucket = batch_bucket(len(cast(frozenset, self._first_rows)))
+        bucket = batch_bucket(len(cast(frozenset, self._static_rows)))
         learnt = [(size, moved / claimed) for (name, size), (moved, claimed) in self.table.static_worth.items()
                   if name == self.name and size <= bucket and claimed > 0]
         return max(learnt)[1] if learnt else 1.0
 
     def _static(self, plan: Plan) -> bool:
         """Whether this call's batch is static so far: the rows it started with, none joined, none waiting."""
-        return self._first_rows is not None and not self._joined and not plan.queued
+        return bool(self._static_rows) and not plan.queued
 
     def _count_static(self, plan: Plan, accepted: list[int]) -> None:
         """A live batch's step, for `_learn_static_worth`: each row's committed tokens, and how far the step's
         accepted tokens moved the batch's end by the weights (each row's chance of being last)."""
         ids = self._current_ids
-        if self._first_rows is None:
-            self._first_rows = frozenset(ids)
-        elif not self._joined and not self._first_rows.issuperset(ids):
-            self._joined = True
-        if self._joined or plan.queued:
-            self._joined = True
+        rows = self._static_rows
+        if rows is None:
+            rows = self._static_rows = frozenset(ids) if len(ids) > 1 else frozenset()
+        if not rows:
+            return
+        if plan.queued or not rows.issuperset(ids):  # prompts wait, or one joined: not a static batch
+            self._static_rows = frozenset()
             return
         committed = self._committed
         for row_id, a in zip(ids, accepted):
@@ -1637,8 +1637,8 @@ class GoodputController:
         weights said they would, added to the decayed sums of `CostTable.static_worth` for its drafter and batch
         size (a ratio of sums: one call's reading swings widely, 0-0.8 for anpd's batches of 4). Calls whose
         weights claimed under STATIC_WORTH_CLAIM steps teach nothing."""
-        first = self._first_rows
-        if self._joined or first is None or len(first) < 2 or self._claimed_end < STATIC_WORTH_CLAIM:
+        first = self._static_rows
+        if not first or self._claimed_end < STATIC_WORTH_CLAIM:
             return
         moved = max(0, max(self._committed.values()) - self._steps)
         worths = self.model_costs.live.static_worth

@@ -1064,7 +1064,7 @@ def test_a_weighed_steps_tokens_are_credited_by_the_weights_the_cut_priced_them_
     assert ctl._credit(tied, [4, 0]) > 1.0  # four tokens, half of them the batch's end's
     ahead = ctl.plan([0, 1], [20, 44], 64, False)
     assert ctl._credit(ahead, [4, 0]) == pytest.approx(4 * ahead.marginal / ahead.base, rel=0.01)
-    ctl._first_rows = frozenset([0, 1])
+    ctl._static_rows = frozenset([0, 1])
     model.live.static_worth[("d", 2)] = (STATIC_WORTH_FLOOR / 2, 1.0)  # (steps moved, steps claimed)
     assert ctl._credit(tied, [4, 0]) == 0.0  # row 1 keeps 39 tokens to go: the end came one step nearer
     assert ctl._credit(tied, [4, 4]) == 4.0
@@ -1105,10 +1105,10 @@ def test_a_static_batch_learns_what_its_accepted_tokens_did_to_its_end():
     moved, claimed = lopsided.live.static_worth[("d", 2)]
     assert claimed > 0 and moved / claimed < STATIC_WORTH_FLOOR
     ctl = controller(lopsided)
-    ctl._first_rows = frozenset(range(4))
+    ctl._static_rows = frozenset(range(4))
     assert ctl._static_worth() == moved / claimed  # a batch of 4 reads what batches of 2 learnt
     fresh = controller(synthetic(batch=2))
-    fresh._first_rows = frozenset(range(4))
+    fresh._static_rows = frozenset(range(4))
     assert fresh._static_worth() == 1.0  # nothing learnt: the weights at their word
 
 
