@@ -1591,10 +1591,10 @@ class GoodputController:
         there the credit is how much nearer the end came (the fall in the most tokens any row has left). In static
         batches of 8 anpd's tokens moved the end by ~0.15 of the weights' claim, and credited by the weights its
         looks ran at 0.98 of plain decoding against 1.01 (in batches of 4: ~0.6, 1.015 against 0.993)."""
-        if self._static(plan):
-            if self._static_worth() < STATIC_WORTH_FLOOR:
-                after = [max(0, left - a - 1) for left, a in zip(plan.left, accepted)]
-                return max(plan.left) - max(after) - 1.0
+        # (`observe` counts the step first: `_static_rows` is empty once prompts wait or a row has joined)
+        if self._static_rows and self._static_worth() < STATIC_WORTH_FLOOR:
+            after = [max(0, left - a - 1) for left, a in zip(plan.left, accepted)]
+            return max(plan.left) - max(after) - 1.0
         return sum(weight * a for weight, a in zip(plan.weights, accepted)) / cast(float, plan.base)
 
     def _static_worth(self) -> float:
@@ -1605,10 +1605,6 @@ class GoodputController:
         learnt = [(size, moved / claimed) for (name, size), (moved, claimed) in self.table.static_worth.items()
                   if name == self.name and size <= bucket and claimed > 0]
         return max(learnt)[1] if learnt else 1.0
-
-    def _static(self, plan: Plan) -> bool:
-        """Whether this call's batch is static so far: the rows it started with, none joined, none waiting."""
-        return bool(self._static_rows) and not plan.queued
 
     def _count_static(self, plan: Plan, accepted: list[int]) -> None:
         """A live batch's step, for `_learn_static_worth`: each row's committed tokens, and how far the step's
