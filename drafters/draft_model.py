@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from specdec.draft import Draft, Verdict, node_depths, tree_layout
 from specdec.errors import DrafterError
-from specdec.plugins import DecodeState, Drafter, GenerationContext
+from specdec.plugins import DecodeState, Drafter, GenerationContext, NominalCost
 from specdec.rng import RowGenerators
 from specdec.runner import (
     LayerPlan,
@@ -37,6 +37,7 @@ from specdec.runner import (
     check_model_supported,
     context_length,
     lean_forward_supports,
+    nominal_model_cost,
     parse_dtype,
 )
 from specdec.sampling import SamplingParams, process_logits, sample
@@ -201,6 +202,7 @@ class DraftModelDrafter(Drafter):
         self._head: torch.Tensor | None = None  # draft token ids the draft may propose (None = all)
         self.schedule: str = self.options.schedule  # in effect for this call (see setup)
         self._draft_vocab_size = 0  # rows of the draft's LM head
+        self._nominal = NominalCost()  # `nominal_cost`, set by setup
         # The last pair `resolve_vocab` checked and its mapping: comparing two tokenizers' vocabularies costs
         # ~5 ms, 5% of a 64-token call on a small pair, and a drafter kept by a server sees the same pair
         # every call. Compared by identity (weak references) and size (a tokenizer that gained tokens is
@@ -221,6 +223,10 @@ class DraftModelDrafter(Drafter):
         else:
             model, tokenizer = opts.model, None
         return model, opts.tokenizer if opts.tokenizer is not None else tokenizer
+
+    def nominal_cost(self) -> NominalCost:
+        """A draft level is one forward of the draft model as its scratch forwards run it (`nominal_model_cost`)."""
+        return self._nominal
 
     def follows_exit(self) -> bool:
         """Chains under the controller with `goodput_exit` stop where its exit says (trees keep their shape)."""
@@ -266,6 +272,7 @@ class DraftModelDrafter(Drafter):
         self._runner = None  # prefilled at the first step that drafts (`prepare`)
         self._ready: list[bool] = []  # per row of the draft's cache: its prompt is prefilled
         self._plan = self._layer_plan(head)
+        self._nominal = nominal_model_cost(self.model, context.model, self._plan)
         lean = opts.fast_forward and lean_forward_supports(self.model)
         self._last = None
         self._stats = {"draft_vocab": self.vocab.describe(), "draft_forwards": 0, "draft_cache_peak_bytes": 0,

@@ -43,11 +43,13 @@ Determinism. Decisions read timings, so they must not decide a sampled output th
 fix. Decisions are *live* (current costs, learning from this call, the batch priced as a whole) when
 the output cannot depend on them, i.e. greedy decoding with a lossless verifier, or when nothing is to
 be reproduced (sampling without a seed). Otherwise (sampling with a seed, or a lossy verifier) they are
-*frozen*: every row is planned as if it ran alone (batch 1), from a snapshot of the cost model taken when
-the call starts, and the call leaves the cost model as it found it; a row's decisions, and so its random
-draws, depend only on its own history: the same prompt and seed give the same output in any batch,
-batch mode and repeat within a process. Across processes, pass the same `CostModel` (or turn the
-controller off) to pin the costs too.
+*frozen*: every row is planned as if it ran alone (batch 1), from nominal costs (`specdec.nominal_costs`: the
+models' shapes and the device's type, never a timing), or from a snapshot of the cost model the caller passed
+(`generate(cost_model=...)`: theirs to keep the same), and the call leaves the cost model as it found it; a
+row's decisions, and so its random draws, depend only on its own history: the same prompt and seed give the
+same output in any batch, batch mode, repeat and process. (Until stop 78 frozen calls read a snapshot of the
+costs measured in the process, measured anew by each: one script run three times with one seed drew three
+different texts.)
 """
 
 from __future__ import annotations
@@ -367,7 +369,7 @@ class GoodputController:
         self.order = [m.name for m in members]
         self.name = name or "+".join(self.order)  # the call's drafter: its engine overhead is its own
         self.model_costs = model_costs
-        self.table = table  # the live table (live) or a snapshot (frozen)
+        self.table = table  # the live table (live), or a nominal one or the caller's snapshot (frozen)
         self.live = live
         self.packed = packed
         self.options = options or ControllerOptions()
@@ -756,7 +758,8 @@ class GoodputController:
 
     def _judge_probe(self, name: str, paid: bool) -> None:
         """A costly drafter's probe ended: the row took the drafter up (paid) or stayed plain. Live calls
-        only: frozen rows read the streaks of the call's snapshot, so their decisions stay their own."""
+        only: frozen rows read the streaks of the call's table (none in a nominal one), so their decisions stay their
+        own."""
         if self.live:
             self.streaks[name] = 0 if paid else self.streaks.get(name, 0) + 1
 

@@ -20,8 +20,9 @@ Where it lives: `cost_model_for(model)` keeps one per model object in a WeakKeyD
 the model itself: the user's model is not modified), or the caller passes one to `generate`. Issue 20
 will move this to the place that owns per-model runtime state; everything reads it through this object.
 
-Determinism: `CostModel.table()` is what decisions read. `snapshot()` gives a frozen copy, used for a
-whole call when the output may depend on decisions (see `specdec.controller`).
+Determinism: `CostModel.table()` is what live decisions read. Where the output may depend on decisions (a seeded
+sampled call) they read nominal costs instead, the same in every process (`specdec.nominal_costs`); `snapshot()`
+gives a frozen copy (`row_forward_seconds`).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from .controller import ControllerOptions, GoodputController, Member, Plan
 from .costs import LONG_CONTEXT, CostModel, cost_clock, cost_model_for
 from .draft import Draft, ExtraSlots, Verdict, chain_layout, host_tree_layout, tree_layout
 from .errors import DrafterError, VerifierError
+from .nominal_costs import NominalDrafter, nominal_table
 from .padded_runner import PaddedTargetRunner
 from .plugins import DecodeState, Drafter, GenerationContext, Verifier
 from .rng import RowGenerators, row_seeds
@@ -192,10 +193,7 @@ class SpeculativeEngine:
         controller = None
         try:
             self._drafter_call("setup", self.drafter.setup, context)
-            measure_started = time.perf_counter()
             controller = self._controller(prompts, active, target)
-            if controller is not None and not controller.live:  # batch 1 measured before the snapshot
-                stats.prefill_time += time.perf_counter() - measure_started
             stats.setup_cpu_time = time.process_time() - cpu_started  # decode-only CPU = total - this
             step = 0
             while active:
@@ -249,8 +247,10 @@ class SpeculativeEngine:
         """The goodput controller of this call (None when off or when the drafter keeps its own rule).
 
         Live decisions (current costs, learning) when the output cannot depend on them (greedy with a
-        lossless verifier) or nothing is to be reproduced (sampling without a seed); otherwise frozen:
-        a snapshot of the costs, every row priced alone (see specdec.controller)."""
+        lossless verifier) or nothing is to be reproduced (sampling without a seed); otherwise frozen: every
+        row priced alone, from a snapshot of the caller's cost model when one was passed (theirs to keep the
+        same), else from nominal costs (`specdec.nominal_costs`), never timed, so that the same prompt and seed
+        give the same output in every process (see specdec.controller)."""
         options = self.config.controller
         if options is None or not self.drafter.controlled():
             return None
@@ -262,10 +262,15 @@ class SpeculativeEngine:
                    for name, d in drafters.items()]
         model_costs = self.config.cost_model or cost_model_for(self.model, self.device)
         self._measured: set[int] = set()
-        table = model_costs.table() if live else None
-        if not live:
+        if live:
+            table = model_costs.table()
+        elif self.config.cost_model is not None:  # (measured at batch 1 first where it holds no curve yet)
             self._ensure(model_costs, target, 1)
             table = model_costs.snapshot()
+        else:
+            table = nominal_table(self.device, {
+                name: NominalDrafter(d.nominal_cost(), type(d).prepare is not Drafter.prepare)
+                for name, d in drafters.items()})
         return GoodputController(members, model_costs, table, live, target.packed_inputs, options,
                                  cost_clock(self.device), self.drafter.name, self.verifier.accepts_target_choice)
 
@@ -281,7 +286,7 @@ class SpeculativeEngine:
     def _measure(self, controller: GoodputController, target: TargetRunner, batch: int,
                  stats: GenerationStats) -> None:
         """Measure the verification cost curves for this batch size and the sizes below it the first time it is
-        needed (live calls only; frozen calls measured batch 1 before their snapshot). Counted as setup time."""
+        needed (live calls only: frozen calls read nominal costs or the caller's). Counted as setup time."""
         if not controller.live or batch in self._measured:
             return
         self._measured.update(range(1, batch + 1))

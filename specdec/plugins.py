@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -123,6 +123,14 @@ class DecodeState:
         return [row[:count] for row, count in zip(verdict.accepted.tolist(), verdict.num_accepted.tolist())]
 
 
+class NominalCost(NamedTuple):
+    """A drafter's costs as shares of the target's (`Drafter.nominal_cost`), judged from shapes, not timed."""
+
+    level: float = 0.0  # one draft level (one forward of its own for all rows) over one plain step of the target
+    # its compute per token fed (a catch-up on tokens committed since it last drafted, a prefill) over the target's
+    compute: float = 0.0
+
+
 class Drafter(ABC):
     """Makes guesses. Subclass, set `name`, `description`, `Options`, implement `propose`."""
 
@@ -161,6 +169,14 @@ class Drafter(ABC):
         whole prompt, which priced layer_skip's first draft behind a 1000-token document at several plain steps
         and kept whole requests plain."""
         return True
+
+    def nominal_cost(self) -> NominalCost:
+        """What this drafter's work costs, judged from the models' shapes alone, never timed (called after
+        `setup`). The goodput controller prices the drafter at this where its decisions must not read timings: a
+        sampled call with a seed, whose output would otherwise change from one process to the next
+        (`specdec.nominal_costs`). Nothing (the default), as a lookup costs; a drafter that runs a model says how
+        much of one (`specdec.runner.nominal_model_cost`)."""
+        return NominalCost()
 
     @abstractmethod
     def propose(self, state: DecodeState) -> Draft:

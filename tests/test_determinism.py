@@ -22,7 +22,10 @@ import torch
 from conftest import tiny_model
 
 import specdec
+from specdec.acceptance import RowAcceptance
+from specdec.costs import DRAFT_FEATURES, CostModel, LinearFit, VerifyCurve, cost_model_for, draft_features
 from specdec.registry import known_names, load_class
+from specdec.target import model_device
 
 PROMPT = [5, 6, 7, 5, 6, 7, 5, 6]
 OTHERS = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3], [9, 8], [40, 41, 42, 40, 41]]
@@ -101,3 +104,57 @@ def test_seeds_are_really_used(target):
 def test_bad_seed_is_a_clear_error(target, seed, message):
     with pytest.raises(ValueError, match=message):
         specdec.generate(target, [PROMPT], max_new_tokens=2, seed=seed, temperature=1.0)
+
+
+def _poison(model: CostModel) -> None:
+    """Make every price of `model` absurd: extra inputs 50x a plain step, every drafter's level 10 plain steps,
+    pessimistic pooled acceptance, large overheads. A decision that read it would differ."""
+    grid = (0, 1, 2, 4, 8, 16, 32, 64)
+    for packed in (True, False):
+        model.live.curves[(packed, 1)] = VerifyCurve(1, grid, tuple(0.01 * (1 + 50 * e) for e in grid))
+    model.live.changed()
+    for name in known_names("drafter"):
+        fit = model.live.drafters[name] = LinearFit(DRAFT_FEATURES)
+        for levels in (1, 2, 4) * 3:
+            fit.update(draft_features(levels, levels), 0.1 * levels)
+        model.live.acceptance[name] = RowAcceptance(prior=[0.01, 0.01], weight=50.0)
+        model.live.overheads[(name, True)] = model.live.overheads[(name, False)] = 0.05
+        model.live.probe_streaks[name] = 10
+
+
+@pytest.mark.parametrize("drafter", ["anpd", "draft_model", "layer_skip", "ppd", "auto"])
+def test_a_seeded_output_does_not_depend_on_the_measured_costs(drafter, drafter_options):
+    """A seeded sampled call's decisions read nominal costs (`specdec.nominal_costs`), never what the process
+    measured: with the model's cost model (`cost_model_for`) measuring something else entirely (another process,
+    another load), the output and the decisions stay the same. Before stop 78 they read a snapshot of it, and the
+    same script with the same seed drew different text in every process."""
+    model = tiny_model("llama").to(torch.float64)  # its own: its cost model is poisoned below
+    options = dict(drafter_options.get(drafter) or {})
+    draft = tiny_model("llama", layers=1, seed=1).to(torch.float64)  # half the target's layers: drafting can pay
+    if drafter == "draft_model":
+        options["model"] = draft
+    if drafter == "auto":
+        options = {"draft": draft, "options": {
+            name: {k: v for k, v in (drafter_options.get(name) or {}).items() if k != "model"}
+            for name in ("layer_skip", "ppd") if drafter_options.get(name)}}
+    runs = []
+    for poisoned in (False, True):
+        if poisoned:
+            _poison(cost_model_for(model, model_device(model)))
+        out = specdec.generate(model, [PROMPT, OTHERS[0]], drafter=drafter, drafter_options=options,
+                               max_new_tokens=24, seed=[11, 12], **SAMPLING)
+        counts = {key: out.stats.controller[key] for key in ("drafter_row_steps", "plain_row_steps", "probes")}
+        runs.append((out.sequences, counts))
+    assert runs[0] == runs[1]
+    assert runs[0][1]["plain_row_steps"] < sum(out.stats.row_steps), "never drafted: the test would say nothing"
+
+
+def test_a_seeded_call_reads_the_cost_model_it_is_given(target):
+    """A caller who passes a cost model pins the costs themselves: a seeded call prices with it (here: drafting
+    priced so dear that no draft pays, so no row-step verifies one)."""
+    costs = CostModel("given")
+    _poison(costs)
+    out = specdec.generate(target, [PROMPT], drafter="anpd", max_new_tokens=16, seed=[11], cost_model=costs,
+                           **SAMPLING)
+    free = specdec.generate(target, [PROMPT], drafter="anpd", max_new_tokens=16, seed=[11], **SAMPLING)
+    assert out.stats.controller["plain_row_steps"] == 16 > free.stats.controller["plain_row_steps"]

@@ -97,10 +97,10 @@ def joints(target):
     return {name: exact_joint(lm, PROMPT, VOCAB, STEPS, params) for name, params in SETTINGS.items()}
 
 
-def _generate_counts(target, drafter, verifier, params: SamplingParams, seed: int = 0):
+def _generate_counts(target, drafter, verifier, params: SamplingParams, seed: int = 0, cost_model=None):
     out = specdec.generate(target, [PROMPT] * ROWS, drafter=drafter, verifier=verifier, max_new_tokens=STEPS,
                            temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, seed=seed,
-                           max_draft_nodes=8)
+                           max_draft_nodes=8, cost_model=cost_model)
     tokens = torch.tensor(out.sequences)
     assert tokens.shape == (ROWS, STEPS)
     index = (tokens[:, 0] * VOCAB + tokens[:, 1]) * VOCAB + tokens[:, 2]
@@ -130,7 +130,7 @@ def test_rejection_with_the_draft_model_drafter(target, joints, branches):
     setting = "t0.7-top_p0.9"
     drafter = DraftModelDrafter(DraftModelDrafter.Options(model=perturbed_copy(target, scale=0.3, seed=1), k=2,
                                                           branches=branches))
-    counts, stats = _generate_counts(target, drafter, "rejection", SETTINGS[setting])
+    counts, stats = _generate_counts(target, drafter, "rejection", SETTINGS[setting], cost_model=_drafting_costs())
     assert stats.drafter_stats["draft_weights"] == "int8"  # the CPU default: q comes from the int8 copies
     assert stats.accepted_tokens > 0.2 * ROWS, stats.accepted_tokens
     assert chi_square_p_value(counts, joints[setting]) > P_VALUE_THRESHOLD
@@ -145,7 +145,7 @@ def test_rejection_with_a_reduced_draft_vocabulary(target, joints):
     kept = [0, 2, 3, 5, 7, 8, 9, 11, 12, 15]
     drafter = DraftModelDrafter(DraftModelDrafter.Options(model=perturbed_copy(target, scale=0.3, seed=1), k=2,
                                                           draft_vocab=kept))
-    counts, stats = _generate_counts(target, drafter, "rejection", SETTINGS[setting])
+    counts, stats = _generate_counts(target, drafter, "rejection", SETTINGS[setting], cost_model=_drafting_costs())
     assert stats.drafter_stats["draft_head_tokens"] == len(kept)
     assert stats.accepted_tokens > 0.2 * ROWS, stats.accepted_tokens
     assert chi_square_p_value(counts, joints[setting]) > P_VALUE_THRESHOLD
@@ -222,6 +222,12 @@ def test_duplicate_siblings_do_not_bias_the_next_token(verifier):
     second = torch.where(verdict.num_accepted >= 2, verdict.accepted_tokens(draft)[:, 1], verdict.bonus)
     counts = torch.bincount(second[first_is_y], minlength=vocab)
     assert chi_square_p_value(counts, torch.full((vocab,), 1 / vocab)) > P_VALUE_THRESHOLD
+
+
+def _drafting_costs():
+    """A cost table on which a few more inputs cost nothing and drafting is unmeasured (free): the controller drafts.
+    (Priced at nominal costs, a seeded call's default, a draft model the target's size never pays.)"""
+    return synthetic_costs((0, 1, 2, 3, 4, 8), (1.0, 1.0, 1.0, 1.0, 1.0, 1.5))
 
 
 def _cutting_costs():

@@ -132,8 +132,11 @@ def _first_sampled_draft(verifier: str, **options) -> tuple[list[int], Any, torc
 
     # the model's own weights: the reference logits below come from transformers' fp32 forward
     drafter = Capture(LayerSkipOptions(skip=skip, max_draft=3, adaptive=False, draft_weights="model", **options))
+    # (its own rule: priced at nominal costs, a self-draft running 2 of 3 layers would not pay, and q is what is
+    # checked here, not the schedule)
     specdec.generate(model, [4, 5, 6, 7], drafter=drafter, verifier=verifier, max_new_tokens=4,
-                     temperature=SAMPLED.temperature, top_k=SAMPLED.top_k, top_p=SAMPLED.top_p, seed=1)
+                     temperature=SAMPLED.temperature, top_k=SAMPLED.top_k, top_p=SAMPLED.top_p, seed=1,
+                     controller=False)
     sequence, draft = captured["first"]
     assert draft.q is not None and draft.q.shape == (1, int(draft.num_nodes[0]), VOCAB)
     chain = sequence + draft.tokens[0].tolist()

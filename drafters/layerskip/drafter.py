@@ -30,8 +30,8 @@ from pydantic import Field
 
 from specdec.draft import Draft, Verdict
 from specdec.errors import DrafterError
-from specdec.plugins import DecodeState, Drafter, GenerationContext
-from specdec.runner import LayerPlan, WeightFormat, layout_for
+from specdec.plugins import DecodeState, Drafter, GenerationContext, NominalCost
+from specdec.runner import LayerPlan, WeightFormat, layout_for, nominal_model_cost
 from specdec.sampling import process_logits, sample
 
 from ..draft_schedule import ConfidenceExit
@@ -86,6 +86,7 @@ class LayerSkipDrafter(Drafter):
         self.plan: LayerPlan | None = None  # what a draft forward runs (set up per model)
         self._plan_for: tuple[weakref.ref, tuple] | None = None  # the model and settings `plan` was built for
         self.skip_set: SkipSet | None = None
+        self._nominal = NominalCost()  # `nominal_cost`, set by setup
         self.head_tokens: torch.Tensor | None = None  # token id of each reduced-head column; None = full
         self._vocab_size = 0
         self._rows: dict[int, ConfidenceExit] = {}
@@ -165,6 +166,7 @@ class LayerSkipDrafter(Drafter):
             self._plan_for = (weakref.ref(model), settings)
         self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.skip_set = skip
+        self._nominal = NominalCost(nominal_model_cost(model, model, self.plan).level, 0.0)
         self._rows = {}
         self._eos = torch.tensor(sorted(context.eos_token_ids), dtype=torch.long)
         self._device_ids = None
@@ -173,6 +175,11 @@ class LayerSkipDrafter(Drafter):
         self.goodput = self.options.schedule == "goodput" and context.goodput
         if not self.options.carry_gamma:
             self._gamma = self.options.gamma0
+
+    def nominal_cost(self) -> NominalCost:
+        """A draft level runs the target's kept blocks as its plan runs them (`nominal_model_cost`); nothing to
+        feed."""
+        return self._nominal
 
     def follows_exit(self) -> bool:
         """Under the controller with `goodput_exit` its chains stop where the controller's exit says."""

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specdec.draft import Draft, Verdict, tree_layout
 from specdec.errors import DrafterError
-from specdec.plugins import DecodeState, Drafter, GenerationContext
+from specdec.plugins import DecodeState, Drafter, GenerationContext, NominalCost
 from specdec.registry import create
 from specdec.rng import RowGenerators
 from specdec.runner import (
@@ -39,6 +39,7 @@ from specdec.runner import (
     cost_clock,
     lean_forward_supports,
     model_device,
+    nominal_model_cost,
     prune_draft,
     row_forward_seconds,
     settled_for,
@@ -182,6 +183,12 @@ class PPDDraftModelDrafter(Drafter):
         self._draft: torch.nn.Module | None = None
         self.sizing: InnerSizing | None = None  # the inner loop's shape when tree_size is not given
         self.inner: PPDDrafter | None = None  # None: plain draft forwards
+        self._nominal = NominalCost()  # `nominal_cost`, set by setup
+
+    def nominal_cost(self) -> NominalCost:
+        """A draft level costs one forward of the draft model or less (its inner PPD loop drafts several tokens a
+        forward): priced at one (`nominal_model_cost`)."""
+        return self._nominal
 
     def setup(self, context: GenerationContext) -> None:
         opts = self.options
@@ -219,6 +226,7 @@ class PPDDraftModelDrafter(Drafter):
         # Plain forwards (and catch-ups) as draft_model runs its draft: specdec's fused forward where it covers the
         # draft, int8 weight copies on a CPU (`LayerPlan.build`'s default).
         self.plan = LayerPlan.build(self.draft, lean=lean_forward_supports(self.draft)) if self.inner is None else None
+        self._nominal = nominal_model_cost(self.draft, context.model, self.plan)
         if self.inner is None:
             return
         self.inner.setup(GenerationContext(
