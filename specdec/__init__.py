@@ -11,7 +11,7 @@ from .errors import (
     UnsupportedModelError,
     VerifierError,
 )
-from .plugins import DecodeState, Drafter, GenerationContext, NoOptions, Verifier
+from .plugins import DecodeState, Drafter, GenerationContext, NominalCost, NoOptions, Verifier
 from .registry import list_plugins, register_drafter, register_verifier
 from .rng import RowGenerators
 from .sampling import SamplingParams, process_logits, sample
@@ -37,6 +37,7 @@ __all__ = [
     "GenerationContext",
     "GenerationOutput",
     "GenerationStats",
+    "NominalCost",
     "NoOptions",
     "PluginLoadError",
     "PluginNotFoundError",

@@ -193,7 +193,10 @@ class SpeculativeEngine:
         controller = None
         try:
             self._drafter_call("setup", self.drafter.setup, context)
+            measure_started = time.perf_counter()
             controller = self._controller(prompts, active, target)
+            if controller is not None and not controller.live:  # (a caller's cost model measured at batch 1 first)
+                stats.prefill_time += time.perf_counter() - measure_started
             stats.setup_cpu_time = time.process_time() - cpu_started  # decode-only CPU = total - this
             step = 0
             while active:

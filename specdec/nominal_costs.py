@@ -130,6 +130,9 @@ def nominal_table(device: torch.device | str, drafters: Mapping[str, NominalDraf
     table.curves[(True, 1)] = VerifyCurve(1, EXTRA_GRID, tuple(
         NOMINAL_STEP * (1.0 + slope * max(0, extra - flat)) for extra in EXTRA_GRID))
     for name, drafter in drafters.items():
+        if not isinstance(drafter.cost, NominalCost):
+            raise TypeError(f"drafter {name!r}: nominal_cost() must return a specdec.plugins.NominalCost, got "
+                            f"{type(drafter.cost).__name__}")
         level, compute = drafter.cost
         if level < 0 or compute < 0:
             raise ValueError(f"drafter {name!r}: a nominal cost below zero ({drafter.cost})")

@@ -43,6 +43,8 @@ def test_drafters_are_priced_by_their_nominal_costs():
     assert table.prepare("model", 1000) > table.prepare("model", 100) > 0 and "self" not in table.prepares
     with pytest.raises(ValueError, match="below zero"):
         nominal_table("cpu", {"bad": NominalDrafter(NominalCost(-0.1, 0.0))})
+    with pytest.raises(TypeError, match="must return a specdec.plugins.NominalCost"):
+        nominal_table("cpu", {"old": NominalDrafter(0.5)})  # a plugin returning a bare number
 
 
 def test_a_forward_is_priced_by_the_layers_it_runs_and_the_weights_it_reads():
