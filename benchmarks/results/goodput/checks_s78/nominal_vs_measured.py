@@ -1,15 +1,15 @@
 """Stop 78: the nominal costs seeded calls price with (`specdec.nominal_costs`) against what this machine measures.
-Greedy calls (live decisions) of draft_model, layer_skip and ppd_draft_model on four Spec-Bench prompts teach one
-cost model the drafters' costs; prints, as shares of a plain step, the measured verify curve and each drafter's
-fitted cost per level and per fed token beside the nominal ones.
+Greedy calls (live decisions) of draft_model, layer_skip and ppd_draft_model on the batching benchmark's first four
+prompts (Spec-Bench's, 12-384 tokens) teach one cost model the drafters' costs; prints, as shares of a plain step,
+the measured verify curve and each drafter's fitted cost per level and per fed token beside the nominal ones.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/results/goodput/checks_s78/nominal_vs_measured.py
 """
 
-import json
 import subprocess
 
 import torch
+from specdec.benchmarks.batching import load_prompts
 
 import specdec
 import specdec.costs as costs
@@ -19,11 +19,7 @@ from specdec.registry import create
 torch.set_num_threads(1)
 pair = specdec.load_default()
 target, tok = pair.target, pair.tokenizer
-questions = [json.loads(line) for line in open("specdec/data/spec_bench/question.jsonl")]
-seen = {}
-for q in questions:
-    seen.setdefault(q["category"], q["turns"][0])
-prompts = [tok(seen[c])["input_ids"][-600:] for c in ("writing", "qa", "translation", "summarization")]
+prompts = load_prompts(tok, target.config.max_position_embeddings, 16, 96, 384)[:4]
 cells = [("draft_model", {"model": pair.draft}), ("layer_skip", None), ("ppd_draft_model", None)]
 measured = costs.CostModel(costs.device_key("cpu"))
 nominal = {}
