@@ -38,8 +38,8 @@ from .target import model_device
 NOMINAL_STEP = 0.01
 #: Per device type: extra inputs (beyond one per row) that cost nothing more than a plain step, and what each one
 #: past them adds, as a share of a plain step. On this CPU (AMD EPYC, the bundled 17M target in float32 through the
-#: runtime's oneDNN layers) 1 to 4 extra inputs cost 0.96-1.01x a plain step, 8 1.10-1.17x, 16 1.37-1.46x, 32
-#: 2.08-2.09x (checks_s78/nominal_vs_measured.txt and a scratch run). On a GPU a decode step is bound by reading the
+#: runtime's oneDNN layers) 1 to 4 extra inputs cost 0.93-1.04x a plain step, 8 1.10-1.18x, 16 1.35-1.50x, 32
+#: 1.95-2.16x (four runs, benchmarks/results/goodput/checks_s78/). On a GPU a decode step is bound by reading the
 #: weights far longer (not measured here: no GPU was lent).
 NOMINAL_FLAT_INPUTS = {"cuda": 16}
 NOMINAL_FLAT_INPUTS_OTHER = 4
@@ -78,9 +78,9 @@ def nominal_forward_share(model: Any, target: Any, plan: LayerPlan | None = None
     bytes of the weights it reads, in the format the plan stores them where its lean forward runs
     (`LayerPlan.weights`) and only the head rows it scores. A layer whose attention or MLP is bypassed counts half.
     Neither part alone prices both of this CPU's drafts: the bundled 2-layer draft (int8 copies, a 2048-row head)
-    measured 0.055-0.072 of the 8-layer float32 target's plain step a level and layer_skip over the target's 8 layers
-    (int8, a 2048-row head) 0.32-0.36, where this reads 0.067 and 0.363; by layers alone 0.25 and 1.0, by bytes 0.02
-    and 0.21 (benchmarks/results/goodput/checks_s78/nominal_vs_measured.txt)."""
+    measured 0.055-0.088 of the 8-layer float32 target's plain step a level and layer_skip over the target's 8 layers
+    (int8, a 2048-row head) 0.32-0.40 (four runs), where this reads 0.067 and 0.363; by layers alone 0.25 and 1.0, by
+    bytes 0.02 and 0.21 (benchmarks/results/goodput/checks_s78/)."""
     per_layer = NOMINAL_LAYER_BYTES.get(model_device(model).type, NOMINAL_LAYER_BYTES_OTHER)
     layers, weight_bytes = _forward_work(model, plan)
     target_layers, target_bytes = _forward_work(target, None)
