@@ -4,8 +4,8 @@ decisions must not read timings.
 A sampled call with a seed promises its output. The controller's decisions (how much of each draft to verify)
 change which random numbers a row draws, so they must be a function of the prompt, the seed and the options.
 A snapshot of the measured costs (`CostModel.snapshot`) is fixed within a call but measured anew by every
-process: two runs of one script with one seed drew different text (stop 78: three processes, three outputs, for
-anpd, draft_model and layer_skip alike). The table here is the same in every process and on every machine with
+process: two runs of one script with one seed drew different text (stop 78: in three processes, for every drafter
+under the controller; benchmarks/results/goodput/checks_s78/). The table here is the same in every process and on every machine with
 the same kind of device. Its prices are coarse, in units of a plain step: a verify curve flat up to a few extra
 inputs and linear beyond, a draft level's share of a plain step from what its forward reads and runs
 (`nominal_forward_share`), a fed token's from its model's compute.
@@ -29,7 +29,7 @@ from .costs import (
     VerifyCurve,
     draft_features,
 )
-from .layer_plan import LayerPlan, _resolve, layout_for
+from .layer_plan import LayerPlan, layout_for
 from .lean_forward import supports as lean_forward_supports
 from .plugins import NominalCost
 from .target import model_device
@@ -106,9 +106,9 @@ def _forward_work(model: Any, plan: LayerPlan | None) -> tuple[float, float]:
     layers = float(model.config.num_hidden_layers)
     if plan is not None and plan.skips:
         layout = layout_for(model)
-        blocks = _resolve(model, layout.layers)
+        blocks = model.get_submodule(layout.layers)
         for indices, part in ((plan.skip_attention, layout.attention), (plan.skip_mlp, layout.mlp)):
-            body -= sum(p.numel() for index in indices for p in _resolve(blocks[index], part).parameters())
+            body -= sum(p.numel() for index in indices for p in blocks[index].get_submodule(part).parameters())
         layers -= (len(plan.skip_attention) + len(plan.skip_mlp)) / 2
     rows = head.shape[0] if plan is None or plan.head_tokens is None else len(plan.head_tokens)
     element = embedding.element_size()
