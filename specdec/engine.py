@@ -187,7 +187,7 @@ class SpeculativeEngine:
             prompts=[list(p) for p in prompts], max_new_tokens=config.max_new_tokens,
             vocab_size=self.vocab_size, device=self.device, max_draft_nodes=config.max_draft_nodes,
             rows=list(active), goodput=config.controller is not None and self.drafter.controlled(),
-            eos_token_ids=config.eos_token_ids,
+            eos_token_ids=config.eos_token_ids, reproducible=not self._live(),
         )
         stats.prefill_time = time.perf_counter() - started
         controller = None
@@ -258,7 +258,7 @@ class SpeculativeEngine:
         if options is None or not self.drafter.controlled():
             return None
         sampling = self.config.sampling
-        live = (sampling.greedy and self.verifier.lossless) or (not sampling.greedy and self.seed is None)
+        live = self._live()
         members_of = getattr(self.drafter, "members", None)
         drafters = dict(members_of) if isinstance(members_of, dict) else {self.drafter.name: self.drafter}
         members = [Member(name, bool(d.provides_q) and not sampling.greedy, d.follows_exit(), d.catches_up())
@@ -276,6 +276,12 @@ class SpeculativeEngine:
                 for name, d in drafters.items()})
         return GoodputController(members, model_costs, table, live, target.packed_inputs, options,
                                  cost_clock(self.device), self.drafter.name, self.verifier.accepts_target_choice)
+
+    def _live(self) -> bool:
+        """Whether decisions may read timings: the output cannot depend on them (greedy with a lossless verifier)
+        or nothing is to be reproduced (sampling without a seed)."""
+        sampling = self.config.sampling
+        return (sampling.greedy and self.verifier.lossless) or (not sampling.greedy and self.seed is None)
 
     def _ensure(self, model_costs: CostModel, target: TargetRunner, batch: int) -> float:
         """Curves for this batch and every smaller one: its rows finish and the batch shrinks through them, and

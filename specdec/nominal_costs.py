@@ -117,18 +117,25 @@ def _forward_work(model: Any, plan: LayerPlan | None) -> tuple[float, float]:
     return layers, float(body + rows * head.shape[1]) * element
 
 
+def nominal_width_share(device: torch.device | str, inputs: int) -> float:
+    """A forward of `inputs` inputs on one row over a one-input forward, on this kind of device: flat over the first
+    NOMINAL_FLAT_INPUTS extra inputs, NOMINAL_INPUT_COST of one more each beyond."""
+    device_type = torch.device(device).type
+    flat = NOMINAL_FLAT_INPUTS.get(device_type, NOMINAL_FLAT_INPUTS_OTHER)
+    slope = NOMINAL_INPUT_COST.get(device_type, NOMINAL_INPUT_COST_OTHER)
+    return 1.0 + slope * max(0, inputs - 1 - flat)
+
+
 def nominal_table(device: torch.device | str, drafters: Mapping[str, NominalDrafter]) -> CostTable:
     """A cost table for rows priced alone (batch 1) from `drafters`' nominal costs and the device's type: a plain
     step of NOMINAL_STEP seconds, flat over the first extra inputs and linear beyond; a drafter's chain of L levels
     that catches up on `lag` tokens L levels plus `lag` fed tokens, a prepare of N tokens a level plus N fed tokens,
     a fed token its compute share of what one more verified input adds to the target's step. No overheads, no
     pooled acceptance (every row starts from the estimates' own prior), no history."""
-    device_type = torch.device(device).type
-    flat = NOMINAL_FLAT_INPUTS.get(device_type, NOMINAL_FLAT_INPUTS_OTHER)
-    slope = NOMINAL_INPUT_COST.get(device_type, NOMINAL_INPUT_COST_OTHER)
+    slope = NOMINAL_INPUT_COST.get(torch.device(device).type, NOMINAL_INPUT_COST_OTHER)
     table = CostTable()
     table.curves[(True, 1)] = VerifyCurve(1, EXTRA_GRID, tuple(
-        NOMINAL_STEP * (1.0 + slope * max(0, extra - flat)) for extra in EXTRA_GRID))
+        NOMINAL_STEP * nominal_width_share(device, 1 + extra) for extra in EXTRA_GRID))
     for name, drafter in drafters.items():
         if not isinstance(drafter.cost, NominalCost):
             raise TypeError(f"drafter {name!r}: nominal_cost() must return a specdec.plugins.NominalCost, got "

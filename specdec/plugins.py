@@ -52,6 +52,10 @@ class GenerationContext:
     # Ids that end a row (the call's eos ids). Nothing drafted past one can be committed, so a chain
     # drafter stops a row's draft after drafting one; a drafter may ignore this (it only saves time).
     eos_token_ids: frozenset[int] = frozenset()
+    # The output may depend on what is drafted and must be reproduced (sampling with a seed, or a lossy verifier):
+    # a drafter that chooses what it proposes from measured timings chooses from nominal costs instead
+    # (`specdec.runner.nominal_model_cost`, `nominal_width_share`), the same in every process.
+    reproducible: bool = False
 
     @property
     def first_rows(self) -> list[int]:

@@ -16,10 +16,10 @@ from .layer_plan import LayerPlan, layout_for
 from .lean_forward import WeightFormat
 from .lean_forward import supports as lean_forward_supports
 from .model_support import check_model_supported
-from .nominal_costs import nominal_model_cost
+from .nominal_costs import nominal_forward_share, nominal_model_cost, nominal_width_share
 from .target import TargetRunner, context_length, model_device, model_dtype
 from .validation import prune_draft
 
 __all__ = ["LayerPlan", "TargetRunner", "WeightFormat", "check_model_supported", "context_length", "cost_clock",
-           "device_key", "layout_for", "lean_forward_supports", "model_device", "model_dtype", "nominal_model_cost",
-           "parse_dtype", "prune_draft", "row_forward_seconds", "settled_for"]
+           "device_key", "layout_for", "lean_forward_supports", "model_device", "model_dtype", "nominal_forward_share",
+           "nominal_model_cost", "nominal_width_share", "parse_dtype", "prune_draft", "row_forward_seconds", "settled_for"]

@@ -17,6 +17,7 @@ from specdec.nominal_costs import (
     nominal_table,
 )
 from specdec.plugins import NominalCost
+from specdec.registry import create
 from specdec.target import model_device
 
 
@@ -68,3 +69,15 @@ def test_a_seeded_call_measures_nothing():
     specdec.generate(target, [[1, 2, 3, 1, 2, 3]], drafter="anpd", max_new_tokens=8, temperature=0.8, seed=3)
     costs = cost_model_for(target, model_device(target))
     assert costs.live.curves == {} and costs.measure_seconds == 0.0
+
+
+def test_ppd_draft_models_inner_loop_is_sized_without_timings_where_the_output_is_reproduced():
+    """ppd_draft_model sizes its inner loop from its draft's costs; in a seeded sampled call from nominal ones
+    (`GenerationContext.reproducible`), so nothing is measured or settled there, and a greedy call measures them."""
+    target, draft = tiny_model("llama"), tiny_model("llama", seed=1)
+    drafter = create("drafter", "ppd_draft_model", {"model": draft, "random_init": True, "k": 3})
+    specdec.generate(target, [[1, 2, 3, 1, 2, 3]], drafter=drafter, max_new_tokens=4, temperature=0.8, seed=3)
+    costs = cost_model_for(draft, model_device(draft))
+    assert drafter.sizing is not None and costs.live.curves == {} and costs.settled == {}
+    specdec.generate(target, [[1, 2, 3, 1, 2, 3]], drafter=drafter, max_new_tokens=4)
+    assert costs.live.curves and costs.settled

@@ -39,7 +39,9 @@ from specdec.runner import (
     cost_clock,
     lean_forward_supports,
     model_device,
+    nominal_forward_share,
     nominal_model_cost,
+    nominal_width_share,
     prune_draft,
     row_forward_seconds,
     settled_for,
@@ -211,7 +213,7 @@ class PPDDraftModelDrafter(Drafter):
                  "num_ept": opts.num_ept}
         inner_options = PPDOptions(**{k: v for k, v in inner.items() if v is not None})
         if opts.tree_size is None:
-            self.sizing = self._size(inner_options, draft_vocab)
+            self.sizing = self._size(inner_options, draft_vocab, context.reproducible)
             shape = {"tree_size": self.sizing.tree_size, "num_prompts": self.sizing.num_prompts}
             inner_options = PPDOptions(**{**inner_options.model_dump(), **shape}) if self.sizing.tree_size else None
         self.inner = PPDDrafter(inner_options) if inner_options is not None else None
@@ -235,14 +237,21 @@ class PPDDraftModelDrafter(Drafter):
             prompts=context.prompts, max_new_tokens=context.max_new_tokens, vocab_size=draft_vocab,
             device=model_device(self.draft), max_draft_nodes=1024))
 
-    def _size(self, inner_options: PPDOptions, vocab_size: int) -> InnerSizing:
+    def _size(self, inner_options: PPDOptions, vocab_size: int, reproducible: bool) -> InnerSizing:
         """PPD's hardware-aware sizing of the inner loop from the draft's forward costs on its device, settled once
         per draft model and device (kept with its cost model): the two loops propose differently where the plain
-        one runs int8 copies, so a size re-read from noisy timings per call would change a seeded output."""
+        one runs int8 copies, so a size re-read from noisy timings per call would change a seeded output. Where the
+        output must be reproduced (`GenerationContext.reproducible`) from nominal costs instead, the same in every
+        process: the tree's forwards by their width, the plain loop's by what its forward reads
+        (`nominal_width_share`, `nominal_forward_share`)."""
         checkpoint, _ = PPDDrafter(inner_options)._checkpoint_for(self.draft)
         accuracies = checkpoint_accuracies(checkpoint, vocab_size)
         num_ept = inner_options.num_ept or checkpoint.num_ept
         plan = LayerPlan.build(self.draft, lean=lean_forward_supports(self.draft))  # (the plain loop's forward)
+        if reproducible:
+            device = model_device(self.draft)
+            return size_inner_loop(accuracies, num_ept, lambda width: nominal_width_share(device, width),
+                                   plain_seconds=nominal_forward_share(self.draft, self.draft, plan))
         return settled_for(self.draft, ("ppd_draft_model inner loop", json.dumps(accuracies), num_ept),
                            lambda: size_inner_loop(accuracies, num_ept, row_forward_seconds(self.draft),
                                                    plain_seconds=plain_forward_seconds(self.draft, plan)))
