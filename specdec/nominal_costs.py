@@ -69,7 +69,7 @@ def nominal_model_cost(model: Any, target: Any, plan: LayerPlan | None = None) -
     """What a drafter that runs `model` (under `plan`: a draft's scratch forwards) costs against `target`: a level
     is one forward (`nominal_forward_share`), a fed token `model`'s compute per token over the target's (their
     weights outside the input embeddings, which are looked up)."""
-    return NominalCost(nominal_forward_share(model, target, plan), _compute(model) / _compute(target))
+    return NominalCost(nominal_forward_share(model, target, plan), _forward_work(model)[1] / _forward_work(target)[1])
 
 
 def nominal_forward_share(model: Any, target: Any, plan: LayerPlan | None = None) -> float:
@@ -82,22 +82,16 @@ def nominal_forward_share(model: Any, target: Any, plan: LayerPlan | None = None
     (int8, a 2048-row head) 0.32-0.40 (four runs), where this reads 0.067 and 0.363; by layers alone 0.25 and 1.0, by
     bytes 0.02 and 0.21 (benchmarks/results/goodput/checks_s78/)."""
     per_layer = NOMINAL_LAYER_BYTES.get(model_device(model).type, NOMINAL_LAYER_BYTES_OTHER)
-    layers, weight_bytes = _forward_work(model, plan)
-    target_layers, target_bytes = _forward_work(target, None)
-    return (layers * per_layer + weight_bytes) / (target_layers * per_layer + target_bytes)
+    layers, weights = _forward_work(model, plan)
+    target_layers, target_weights = _forward_work(target)
+    return ((layers * per_layer + weights * _weight_bytes(model, plan))
+            / (target_layers * per_layer + target_weights * _weight_bytes(target)))
 
 
-def _compute(model: Any) -> float:
-    """Weights a token is multiplied with: all but the input embeddings (the head counted once if tied)."""
-    embedding = model.get_input_embeddings().weight
-    head = model.get_output_embeddings().weight
-    total = sum(p.numel() for p in model.parameters()) - embedding.numel()
-    return float(total + (head.numel() if head is embedding else 0))
-
-
-def _forward_work(model: Any, plan: LayerPlan | None) -> tuple[float, float]:
-    """(decoder layers a forward of `model` under `plan` runs, a bypassed block counting half; bytes of weights it
-    reads: the layers' kept blocks, the norms and the head rows it scores, not the input embeddings)."""
+def _forward_work(model: Any, plan: LayerPlan | None = None) -> tuple[float, float]:
+    """(decoder layers a forward of `model` under `plan` runs, a bypassed block counting half; weights a token is
+    multiplied with: the layers' kept blocks, the norms and the head rows it scores, not the input embeddings, which
+    are looked up)."""
     embedding = model.get_input_embeddings().weight
     head = model.get_output_embeddings().weight
     body = sum(p.numel() for p in model.parameters()) - embedding.numel()
@@ -111,10 +105,15 @@ def _forward_work(model: Any, plan: LayerPlan | None) -> tuple[float, float]:
             body -= sum(p.numel() for index in indices for p in blocks[index].get_submodule(part).parameters())
         layers -= (len(plan.skip_attention) + len(plan.skip_mlp)) / 2
     rows = head.shape[0] if plan is None or plan.head_tokens is None else len(plan.head_tokens)
-    element = embedding.element_size()
+    return layers, float(body + rows * head.shape[1])
+
+
+def _weight_bytes(model: Any, plan: LayerPlan | None = None) -> int:
+    """Bytes per weight a forward of `model` under `plan` reads: the plan's format where its lean forward runs."""
+    element = model.get_input_embeddings().weight.element_size()
     if plan is not None and plan.lean and lean_forward_supports(model):
-        element = {"int8": 1, "float16": 2}.get(plan.weights, element)
-    return layers, float(body + rows * head.shape[1]) * element
+        return {"int8": 1, "float16": 2}.get(plan.weights, element)
+    return element
 
 
 def nominal_width_share(device: torch.device | str, inputs: int) -> float:
