@@ -268,6 +268,7 @@ class DraftModelDrafter(Drafter):
 
         self._prompts = context.prompts
         self._capacity = max(len(p) for p in context.prompts) + context.max_new_tokens + nodes + 2
+        self._reproducible = context.reproducible  # no kernel chosen by timings (`TargetRunner`)
         self._rows = context.first_rows
         self._runner = None  # prefilled at the first step that drafts (`prepare`)
         self._ready: list[bool] = []  # per row of the draft's cache: its prompt is prefilled
@@ -330,7 +331,7 @@ class DraftModelDrafter(Drafter):
         not `full` hold nothing yet (their prompt is prefilled when they first draft: `_ensure_rows`)."""
         prompts = [self._prompts[row] if full is None or full[index] else self._prompts[row][-1:]
                    for index, row in enumerate(rows)]
-        runner = TargetRunner(self.model, len(rows), self._capacity)
+        runner = TargetRunner(self.model, len(rows), self._capacity, reproducible=self._reproducible)
         prefill = torch.zeros(len(rows), max(max(len(p) for p in prompts) - 1, 0), dtype=torch.long)
         for index, prompt in enumerate(prompts):
             prefill[index, : len(prompt) - 1] = torch.as_tensor(prompt[:-1], dtype=torch.long)

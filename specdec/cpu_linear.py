@@ -28,6 +28,12 @@ its MLP's down projection on MKL below 4 rows; in a forward, where the model's 6
 caches, oneDNN is the faster there: verifying 1-2 draft tokens cost 0.5-2.3 ms over a ~10 ms plain step,
 now about nothing (AMD EPYC, `benchmarks/results/goodput/checks_s71/`).
 
+Where the output must be reproduced (a seeded sampled call: `GenerationContext.reproducible`), timings may not
+choose: a draw within the rounding of a boundary flips with the kernel, and under load the timed choice differed
+between processes (`benchmarks/results/goodput/checks_s79/`). There `packed_view(model, timed=False)` runs every
+layer from `fixed_crossover()` rows on oneDNN, a row count set per processor maker from the two measured (MKL
+alone elsewhere); on the EPYC it verifies as fast as the timed choice. Both views share the packed weights.
+
 Numerics: the same fp32 products summed in another order, as MKL's GEMM already does between one
 and several rows (logits differ by ~1e-6 relative); verification stays exact against the target as
 this runtime computes it, and the support check (`specdec.model_support`) compares against
@@ -41,6 +47,7 @@ import math
 import os
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -64,6 +71,11 @@ STREAM_BYTES = 1 << 28
 STREAM_ROUNDS = 3
 #: oneDNN wins at a row count when it takes less than this share of MKL's time there.
 WIN_SHARE = 0.97
+#: The crossover where timings may not choose (`fixed_crossover`), per processor maker (`/proc/cpuinfo`'s
+#: vendor_id), as measured: on an AMD EPYC oneDNN from 2 rows (at one row MKL was as fast or faster, and the timed
+#: choice kept MKL for the default model's small layers: `benchmarks/results/goodput/checks_s79/fixed_kernels.txt`);
+#: on a Sapphire Rapids Xeon MKL below 8 rows.
+FIXED_CROSSOVERS = {"AuthenticAMD": 2, "GenuineIntel": 8}
 
 _VIEWS: weakref.WeakKeyDictionary[torch.nn.Module, _View] = weakref.WeakKeyDictionary()
 
@@ -72,11 +84,14 @@ class PackedLinear(torch.nn.Module):
     """`source`'s forward with its weight in oneDNN's blocked layout (read-only copy; bias shared), used
     from `min_rows` input rows on (MKL, as `source` itself, below)."""
 
-    def __init__(self, source: torch.nn.Linear, min_rows: int = 1) -> None:
+    def __init__(self, source: torch.nn.Linear, min_rows: int = 1, packed: torch.Tensor | None = None) -> None:
+        """`packed`: the oneDNN copy of `source`'s weight when another view already made it."""
         super().__init__()
         self.source = source
-        with torch.no_grad():
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(source.weight.detach(), None)
+        if packed is None:
+            with torch.no_grad():
+                packed = torch.ops.mkldnn._reorder_linear_weight(source.weight.detach(), None)
+        self.packed = packed
         self.min_rows = min_rows
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -144,6 +159,24 @@ def _first_win(wins: list[bool]) -> int:
     return TIMED_ROWS[crossover] if crossover < len(TIMED_ROWS) else TIMED_ROWS[-1] + 1
 
 
+def fixed_crossover() -> int:
+    """The fewest input rows from which every packed layer runs oneDNN where timings may not choose: by the
+    processor's maker (`FIXED_CROSSOVERS`); past the widest timed row count (MKL, the model's own kernel, at
+    every width) on a processor not measured or where the maker cannot be read."""
+    return FIXED_CROSSOVERS.get(_cpu_vendor(), TIMED_ROWS[-1] + 1)
+
+
+def _cpu_vendor() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:  # not Linux
+        pass
+    return None
+
+
 def _crossovers(layers: list[PackedLinear]) -> dict[Shape, int]:
     """Per shape of `layers` (a view's packed layers in the order a forward runs them), the fewest input rows
     from which oneDNN beats MKL here: timed in sweeps over them all when their weights take at most
@@ -185,26 +218,40 @@ def _streamed_crossovers(layers: list[PackedLinear]) -> dict[Shape, int]:
 
 
 class _View:
-    """The copy of one model and what it was built from (to tell when it went stale)."""
+    """The two copies of one model (kernels chosen by timings, and by `fixed_crossover`; they share the packed
+    weights) and what they were built from (to tell when they went stale)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.modules = _module_ids(model)
         self.linears: list[tuple[torch.nn.Linear, torch.Tensor, int]] = []
-        self.packed: list[PackedLinear] = []  # in the order a forward runs them
-        self.model = self._copy(model)
-        self.crossovers = _crossovers(self.packed)  # per layer shape
-        for layer in self.packed:
-            layer.min_rows = self.crossovers[layer_shape(layer.source)]
+        self.packed: list[PackedLinear] = []  # the timed copy's, in the order a forward runs them
+        self.timed_model = self._copy(model, self._pack)
+        self.crossovers: dict[Shape, int] | None = None  # per layer shape, timed on the timed copy's first use
+        crossover = fixed_crossover()
+        by_source = {id(layer.source): layer.packed for layer in self.packed}
+        self.fixed_model = self._copy(model, lambda linear: PackedLinear(linear, crossover, by_source[id(linear)]))
 
-    def _copy(self, module: torch.nn.Module) -> torch.nn.Module:
+    def model(self, timed: bool) -> torch.nn.Module:
+        if not timed:
+            return self.fixed_model
+        if self.crossovers is None:
+            self.crossovers = _crossovers(self.packed)
+            for layer in self.packed:
+                layer.min_rows = self.crossovers[layer_shape(layer.source)]
+        return self.timed_model
+
+    def _pack(self, linear: torch.nn.Linear) -> PackedLinear:
+        self.linears.append((linear, linear.weight, linear.weight._version))
+        self.packed.append(PackedLinear(linear))
+        return self.packed[-1]
+
+    def _copy(self, module: torch.nn.Module, pack: Callable[[torch.nn.Linear], PackedLinear]) -> torch.nn.Module:
         if _packable(module):
-            self.linears.append((module, module.weight, module.weight._version))
-            self.packed.append(PackedLinear(module))
-            return self.packed[-1]
+            return pack(module)
         if "forward" in module.__dict__:  # patched on the instance (accelerate's hooks, for one): keep it,
             return module                 # so the patch applies exactly as on the model, now and later
         clone = copy.copy(module)  # same parameters, buffers, config and hooks; its own child list
-        clone._modules = {name: None if child is None else self._copy(child)
+        clone._modules = {name: None if child is None else self._copy(child, pack)
                           for name, child in module._modules.items()}
         return clone
 
@@ -245,13 +292,15 @@ def _physical_memory() -> int:
         return 0
 
 
-def packed_view(model: Any) -> torch.nn.Module | None:
+def packed_view(model: Any, timed: bool = True) -> torch.nn.Module | None:
     """The model with its fp32 CPU linear layers on oneDNN (shared everything else), or None where that
-    does not apply (a GPU, another dtype, no oneDNN, not enough memory). Never modifies `model`."""
+    does not apply (a GPU, another dtype, no oneDNN, not enough memory). Never modifies `model`. `timed`: each
+    layer shape's kernel chosen per row count by timing both here (the faster); else by `fixed_crossover`, the
+    same in every process (where the output must be reproduced)."""
     if not available(model):
         return None
     view = _VIEWS.get(model)
     if view is None or not view.current(model):
         view = _View(model)
         _VIEWS[model] = view
-    return view.model
+    return view.model(timed)

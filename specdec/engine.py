@@ -308,7 +308,8 @@ class SpeculativeEngine:
         """A runner holding `rows`' prompts, all but the last token (the first input of the first step)."""
         config = self.config
         runner = PaddedTargetRunner if config.batch_mode == "padded" else TargetRunner
-        target = runner(self.model, len(rows), capacity, packed_inputs=config.packed_inputs, compile=config.compile)
+        target = runner(self.model, len(rows), capacity, packed_inputs=config.packed_inputs, compile=config.compile,
+                        reproducible=not self._live())
         longest = max((len(prompts[row]) for row in rows), default=1)
         prefill_ids = torch.zeros(len(rows), max(longest - 1, 0), dtype=torch.long)
         for index, row in enumerate(rows):

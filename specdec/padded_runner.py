@@ -21,10 +21,10 @@ class PaddedTargetRunner(TargetRunner):
     padded = True
 
     def __init__(self, model: torch.nn.Module, batch_size: int, capacity: int,
-                 packed_inputs: bool | None = None, compile: bool = False) -> None:
+                 packed_inputs: bool | None = None, compile: bool = False, reproducible: bool = False) -> None:
         if compile:
             raise ValueError("compile=True needs the unpadded mode (static shapes are the unpadded runner's)")
-        super().__init__(model, batch_size, capacity, packed_inputs)
+        super().__init__(model, batch_size, capacity, packed_inputs, reproducible=reproducible)
         self.slot_valid = torch.zeros(batch_size, capacity, dtype=torch.bool, device=self.device)
         # Holes added while decoding, summed over every row (rows that left the batch too): EMS-SD's padding
         # ratio is this over the generated tokens.

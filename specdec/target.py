@@ -137,17 +137,19 @@ class TargetRunner:
     padded = False  # one shared write pointer and holes (PaddedTargetRunner)
 
     def __init__(self, model: torch.nn.Module, batch_size: int, capacity: int,
-                 packed_inputs: bool | None = None, compile: bool = False) -> None:
+                 packed_inputs: bool | None = None, compile: bool = False, reproducible: bool = False) -> None:
         """`packed_inputs`: verify only the real tokens of each row, packed (None = when the model supports it).
         `compile`: static shapes (a fixed cache capacity read whole, verification widths padded to a power of
-        two) so the verification forward runs under `torch.compile` (`specdec.compiled`); inputs are padded."""
+        two) so the verification forward runs under `torch.compile` (`specdec.compiled`); inputs are padded.
+        `reproducible`: the output must be the same in every process (`GenerationContext.reproducible`), so no
+        kernel is chosen by timing it here (`specdec.cpu_linear.packed_view`'s `timed`)."""
         self.model = model
         # Prefill and verification run the runtime's view of the model: its attention function (SDPA over
         # the stored KV heads, ragged layouts; `specdec.attention`) and oneDNN linear layers where that
         # applies (fp32 on a CPU; `specdec.cpu_linear`). Scratch forwards run it too, through a plan view when
         # their `LayerPlan` bypasses sub-blocks or reduces the head (`specdec.layer_plan`).
         viewed = attention_view(model)
-        self.forward_model = packed_view(viewed) or viewed
+        self.forward_model = packed_view(viewed, timed=not reproducible) or viewed
         self.device = model_device(model)
         self.dtype = model_dtype(model)
         self.num_layers = model.config.num_hidden_layers

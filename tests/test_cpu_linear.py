@@ -10,6 +10,7 @@ from families import FAMILIES
 
 import specdec
 from specdec import cpu_linear
+from specdec.attention import attention_view
 from specdec.target import TargetRunner
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
@@ -210,3 +211,37 @@ def test_a_big_model_is_timed_one_layer_per_shape(monkeypatch: pytest.MonkeyPatc
     crossovers = MEASURED_CROSSOVERS(layers)
     assert len(timed) == len(set(timed)) == len(crossovers) < len(layers)
     assert set(crossovers.values()) == {8}
+
+
+def test_where_the_output_is_reproduced_no_kernel_is_chosen_by_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seeded sampled call runs every packed layer from `fixed_crossover()` rows on oneDNN and times nothing
+    (under load the timed choice differed between processes, flipping seeded draws); a greedy call still
+    times. Both views share the packed weights."""
+    timed = []
+    monkeypatch.setattr(cpu_linear, "_crossovers", lambda layers: timed.append(len(layers)) or {
+        cpu_linear.layer_shape(layer.source): 4 for layer in layers})
+    monkeypatch.setattr(cpu_linear, "_cpu_vendor", lambda: "GenuineIntel")
+    model = wide_llama(seed=2)
+    prompt = torch.randint(0, 512, (20,), generator=torch.Generator().manual_seed(4)).tolist()
+    runs = [specdec.generate(model, prompt, drafter=drafter, temperature=0.8, seed=5, max_new_tokens=24)
+            for drafter in ("none", "anpd", "anpd")]
+    assert not timed
+    assert runs[1].sequences == runs[2].sequences
+    viewed = attention_view(model)  # what the runtime packs
+    fixed = cpu_linear.packed_view(viewed, timed=False)
+    fixed_layers = [m for m in fixed.modules() if isinstance(m, cpu_linear.PackedLinear)]
+    assert fixed_layers and all(m.min_rows == cpu_linear.FIXED_CROSSOVERS["GenuineIntel"] for m in fixed_layers)
+    assert TargetRunner(model, 1, 64, reproducible=True).forward_model is fixed and not timed
+
+    specdec.generate(model, prompt, drafter="anpd", max_new_tokens=8)  # greedy: the timed view
+    assert len(timed) == 1
+    timed_layers = [m for m in cpu_linear.packed_view(viewed).modules() if isinstance(m, cpu_linear.PackedLinear)]
+    assert all(m.min_rows == 4 for m in timed_layers) and len(timed) == 1
+    assert all(a.packed is b.packed for a, b in zip(timed_layers, fixed_layers, strict=True))  # not copies
+
+
+def test_the_fixed_crossover_follows_the_processor_maker(monkeypatch: pytest.MonkeyPatch) -> None:
+    for vendor, crossover in (("AuthenticAMD", 2), ("GenuineIntel", 8), ("CentaurHauls", 33), (None, 33)):
+        monkeypatch.setattr(cpu_linear, "_cpu_vendor", lambda vendor=vendor: vendor)
+        assert cpu_linear.fixed_crossover() == crossover
+    assert cpu_linear.TIMED_ROWS[-1] + 1 == 33

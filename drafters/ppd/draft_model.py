@@ -221,6 +221,7 @@ class PPDDraftModelDrafter(Drafter):
         self.generator = RowGenerators.seeded([0])  # the inner loop is greedy: never drawn from
         self.context = context_length(self.draft)
         self.capacity = max(len(p) for p in context.prompts) + context.max_new_tokens + 4 * opts.k + 64
+        self.reproducible = context.reproducible  # no kernel chosen by timings (`TargetRunner`)
         self.verifier = create("verifier", "exact")
         self._rows = {}
         self.draft_forwards = 0
@@ -235,7 +236,7 @@ class PPDDraftModelDrafter(Drafter):
             model=self.draft, tokenizer=None, sampling=self.greedy,
             generator=RowGenerators.seeded([0] * len(context.prompts)),
             prompts=context.prompts, max_new_tokens=context.max_new_tokens, vocab_size=draft_vocab,
-            device=model_device(self.draft), max_draft_nodes=1024))
+            device=model_device(self.draft), max_draft_nodes=1024, reproducible=context.reproducible))
 
     def _size(self, inner_options: PPDOptions, vocab_size: int, reproducible: bool) -> InnerSizing:
         """PPD's hardware-aware sizing of the inner loop from the draft's forward costs on its device, settled once
@@ -303,7 +304,7 @@ class PPDDraftModelDrafter(Drafter):
         forward."""
         row = self._rows.get(row_id)
         if row is None:
-            row = self._rows[row_id] = _Row(TargetRunner(self.draft, 1, self.capacity))
+            row = self._rows[row_id] = _Row(TargetRunner(self.draft, 1, self.capacity, reproducible=self.reproducible))
         known = sequence[:-1]
         same = 0
         limit = min(len(row.cached), len(known))
